@@ -1,0 +1,191 @@
+package authorizer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/sar-bridge/sar-bridge/cache"
+)
+
+// Reviewer answers SubjectAccessReviews; kube.SubjectAccessReviewer is the real one.
+type Reviewer interface {
+	Review(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error)
+}
+
+// ReviewResult is the outcome of one review as decisions and the cache see it.
+type ReviewResult struct {
+	Allowed bool
+	Denied  bool
+	Reason  string
+	// EvaluationError is the API's note that it could not evaluate every rule; such
+	// an outcome is used once and never cached.
+	EvaluationError string
+}
+
+// cacheKeyVersion changes whenever the key derivation or the value encoding does, so
+// replicas of different versions sharing one cache never read each other's entries.
+const cacheKeyVersion = "sarb1"
+
+// ReviewKey is a fixed-length key for a review spec: the hash of its canonical form, in
+// which group and extra order do not matter and every attribute does.
+func ReviewKey(spec authorizationv1.SubjectAccessReviewSpec) (string, error) {
+	canonical := spec.DeepCopy()
+	sort.Strings(canonical.Groups)
+	for k := range canonical.Extra {
+		values := append([]string(nil), canonical.Extra[k]...)
+		sort.Strings(values)
+		canonical.Extra[k] = values
+	}
+	// encoding/json writes map keys sorted and struct fields in order: a stable form.
+	b, err := json.Marshal(canonical)
+	if err != nil {
+		return "", fmt.Errorf("encoding review spec for the cache key: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return cacheKeyVersion + "-" + hex.EncodeToString(sum[:]), nil
+}
+
+// cachedReview is the versioned encoding of a ReviewResult in the cache.
+type cachedReview struct {
+	Version int    `json:"v"`
+	Allowed bool   `json:"a"`
+	Denied  bool   `json:"d,omitempty"`
+	Reason  string `json:"r,omitempty"`
+}
+
+const cachedReviewVersion = 1
+
+func encodeReview(r ReviewResult) []byte {
+	b, _ := json.Marshal(cachedReview{Version: cachedReviewVersion, Allowed: r.Allowed, Denied: r.Denied, Reason: r.Reason})
+	return b
+}
+
+func decodeReview(b []byte) (ReviewResult, bool) {
+	var c cachedReview
+	if err := json.Unmarshal(b, &c); err != nil || c.Version != cachedReviewVersion {
+		return ReviewResult{}, false
+	}
+	return ReviewResult{Allowed: c.Allowed, Denied: c.Denied, Reason: c.Reason}, true
+}
+
+// CachingReviewer puts a cache and request merging in front of a Reviewer.
+type CachingReviewer struct {
+	reviewer   Reviewer
+	cache      cache.Cache
+	allowedTTL time.Duration
+	deniedTTL  time.Duration
+	timeout    time.Duration
+	inflight   singleflight.Group
+	metrics    *Metrics
+	logger     log.Logger
+}
+
+// CachingReviewerOptions configures a CachingReviewer.
+type CachingReviewerOptions struct {
+	AllowedTTL time.Duration
+	DeniedTTL  time.Duration
+	// Timeout bounds one call to the Kubernetes API, whoever waits for it.
+	Timeout time.Duration
+	Metrics *Metrics
+	Logger  log.Logger
+}
+
+// NewCachingReviewer wraps reviewer with c.
+func NewCachingReviewer(reviewer Reviewer, c cache.Cache, opts CachingReviewerOptions) *CachingReviewer {
+	if opts.Logger == nil {
+		opts.Logger = log.NewNopLogger()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	return &CachingReviewer{
+		reviewer: reviewer, cache: c,
+		allowedTTL: opts.AllowedTTL, deniedTTL: opts.DeniedTTL, timeout: opts.Timeout,
+		metrics: opts.Metrics, logger: opts.Logger,
+	}
+}
+
+// Review answers from the cache when it can; otherwise one API call serves every
+// concurrent caller with the same spec. hit reports whether the cache answered.
+func (c *CachingReviewer) Review(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (result ReviewResult, hit bool, err error) {
+	key, err := ReviewKey(spec)
+	if err != nil {
+		return ReviewResult{}, false, err
+	}
+	if r, ok := c.lookup(ctx, key); ok {
+		c.metrics.cacheRequests.WithLabelValues("hit").Inc()
+		return r, true, nil
+	}
+	c.metrics.cacheRequests.WithLabelValues("miss").Inc()
+
+	ch := c.inflight.DoChan(key, func() (any, error) {
+		// The shared call outlives any one waiter that gives up, but not the timeout.
+		callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+		defer cancel()
+		return c.reviewAndStore(callCtx, key, spec)
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return ReviewResult{}, false, res.Err
+		}
+		return res.Val.(ReviewResult), false, nil
+	case <-ctx.Done():
+		return ReviewResult{}, false, fmt.Errorf("waiting for subject access review: %w", ctx.Err())
+	}
+}
+
+func (c *CachingReviewer) lookup(ctx context.Context, key string) (ReviewResult, bool) {
+	b, ok, err := c.cache.Get(ctx, key)
+	if err != nil {
+		// A cache that cannot answer is bypassed: the review is asked live.
+		c.metrics.cacheErrors.WithLabelValues("get").Inc()
+		level.Warn(c.logger).Log("msg", "review cache read failed; asking the API", "err", err)
+		return ReviewResult{}, false
+	}
+	if !ok {
+		return ReviewResult{}, false
+	}
+	r, ok := decodeReview(b)
+	return r, ok
+}
+
+func (c *CachingReviewer) reviewAndStore(ctx context.Context, key string, spec authorizationv1.SubjectAccessReviewSpec) (ReviewResult, error) {
+	start := time.Now()
+	status, err := c.reviewer.Review(ctx, spec)
+	c.metrics.reviewDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		c.metrics.reviews.WithLabelValues("error").Inc()
+		return ReviewResult{}, err
+	}
+	r := ReviewResult{Allowed: status.Allowed, Denied: status.Denied, Reason: status.Reason, EvaluationError: status.EvaluationError}
+	ttl := c.deniedTTL
+	if r.Allowed {
+		ttl = c.allowedTTL
+		c.metrics.reviews.WithLabelValues("allowed").Inc()
+	} else {
+		c.metrics.reviews.WithLabelValues("denied").Inc()
+	}
+	if r.EvaluationError != "" && !r.Allowed {
+		return r, nil // a partial evaluation is an error of sorts: never cached
+	}
+	if err := c.cache.Set(ctx, key, encodeReview(r), ttl); err != nil {
+		c.metrics.cacheErrors.WithLabelValues("set").Inc()
+		level.Warn(c.logger).Log("msg", "review cache write failed", "err", err)
+	}
+	return r, nil
+}

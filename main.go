@@ -1,0 +1,241 @@
+// Command sar-bridge is an OPA-compatible decision service for interLink: Kubernetes RBAC
+// (SubjectAccessReviews) decides who may offload pods, and a Rego policy adds resource
+// and label rules on top.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	flag "github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sar-bridge/sar-bridge/authorizer"
+	"github.com/sar-bridge/sar-bridge/cache"
+	"github.com/sar-bridge/sar-bridge/kube"
+	"github.com/sar-bridge/sar-bridge/mapping"
+	"github.com/sar-bridge/sar-bridge/policies"
+	"github.com/sar-bridge/sar-bridge/server"
+)
+
+type config struct {
+	kubeconfig     string
+	mappingPairs   []string
+	mappings       mapping.Mappings
+	tenantLabel    string
+	policyDir      string
+	policyData     string
+	webListen      string
+	internalListen string
+	maxBodyBytes   int64
+	logLevel       string
+	logFormat      string
+	allowedTTL     time.Duration
+	deniedTTL      time.Duration
+	cacheSize      int
+	trustInputUser bool
+	nodeAccess     bool
+	reviewTimeout  time.Duration
+	kubeQPS        float32
+	kubeBurst      int
+	resync         time.Duration
+	shutdown       time.Duration
+}
+
+func parseFlags(args []string) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("sar-bridge", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, `sar-bridge answers OPA Data API requests (POST /v1/data/{package}/{rule}) for interLink.
+Each pod decision is a Kubernetes SubjectAccessReview for the pod's service account on
+"pods" in the API group its tenant maps to, then a Rego policy (caps, protected taints,
+tenant isolation, modifications).
+
+Usage: sar-bridge [flags]
+
+Flags:
+%s`, fs.FlagUsages())
+	}
+	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file; empty uses the in-cluster service account.")
+	fs.StringSliceVar(&cfg.mappingPairs, "openshift.mappings", nil, "Tenant to API group mapping, tenant=group (repeatable or comma-separated); tenant \"*\" is the fallback for unmapped tenants.")
+	fs.StringVar(&cfg.tenantLabel, "tenant.label", "interlink.io/tenant", "Namespace (and node) label naming the tenant; a namespace without it is its own tenant.")
+	fs.StringVar(&cfg.policyDir, "policies", "", "Directory of .rego files that extend the embedded policy; a file named like an embedded one replaces it.")
+	fs.StringVar(&cfg.policyData, "policies.data", "", "JSON or YAML file whose object becomes the policy's data (limits, protected_taints, default_limits under \"interlink\").")
+	fs.StringVar(&cfg.webListen, "web.listen", ":8080", "Address of the public listener (OPA Data API, /health).")
+	fs.StringVar(&cfg.internalListen, "web.internal.listen", ":8081", "Address of the internal listener (/live, /ready, /metrics, /debug/pprof/).")
+	fs.Int64Var(&cfg.maxBodyBytes, "web.max-body-bytes", server.DefaultMaxBodyBytes, "Largest request body accepted; larger ones get 413.")
+	fs.StringVar(&cfg.logLevel, "log.level", "info", "Log level: debug, info, warn, error.")
+	fs.StringVar(&cfg.logFormat, "log.format", "logfmt", "Log format: logfmt or json.")
+	fs.DurationVar(&cfg.allowedTTL, "cache.allowed-ttl", 5*time.Minute, "How long an allowing review is reused; a removed RoleBinding is seen within this time.")
+	fs.DurationVar(&cfg.deniedTTL, "cache.denied-ttl", 30*time.Second, "How long a denying review is reused; a new RoleBinding is seen within this time.")
+	fs.IntVar(&cfg.cacheSize, "cache.size", 10000, "Most reviews kept in the in-process cache (least recently used go first).")
+	fs.BoolVar(&cfg.trustInputUser, "trust-input-user", false, "Review input.user instead of the pod's service account. Only for callers trusted to assert identities.")
+	fs.BoolVar(&cfg.nodeAccess, "review.node-access", false, "Also require \"use\" on \"nodes\" in the tenant's group, named after the target virtual node.")
+	fs.DurationVar(&cfg.reviewTimeout, "review.timeout", 5*time.Second, "Longest wait for one SubjectAccessReview; past it the decision is a 503, never an allow.")
+	fs.Float32Var(&cfg.kubeQPS, "kube.qps", 50, "Queries per second to the Kubernetes API.")
+	fs.IntVar(&cfg.kubeBurst, "kube.burst", 100, "Burst of queries to the Kubernetes API.")
+	fs.DurationVar(&cfg.resync, "informer.resync", 10*time.Minute, "Resync period of the namespace and node informers.")
+	fs.DurationVar(&cfg.shutdown, "web.shutdown-timeout", 15*time.Second, "How long in-flight requests may take to finish on SIGTERM.")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	var err error
+	if cfg.mappings, err = mapping.Parse(cfg.mappingPairs); err != nil {
+		return cfg, fmt.Errorf("--openshift.mappings: %w", err)
+	}
+	switch {
+	case cfg.allowedTTL < 0 || cfg.deniedTTL < 0:
+		return cfg, errors.New("--cache.allowed-ttl and --cache.denied-ttl must not be negative")
+	case cfg.cacheSize < 1:
+		return cfg, errors.New("--cache.size must be at least 1")
+	case cfg.reviewTimeout <= 0:
+		return cfg, errors.New("--review.timeout must be positive")
+	case cfg.maxBodyBytes <= 0:
+		return cfg, errors.New("--web.max-body-bytes must be positive")
+	case cfg.tenantLabel == "":
+		return cfg, errors.New("--tenant.label must not be empty")
+	}
+	return cfg, nil
+}
+
+func newLogger(lvl, format string) (log.Logger, error) {
+	var logger log.Logger
+	switch format {
+	case "logfmt":
+		logger = log.NewLogfmtLogger(log.NewSyncWriter(os.Stderr))
+	case "json":
+		logger = log.NewJSONLogger(log.NewSyncWriter(os.Stderr))
+	default:
+		return nil, fmt.Errorf("--log.format %q: want logfmt or json", format)
+	}
+	var opt level.Option
+	switch lvl {
+	case "debug":
+		opt = level.AllowDebug()
+	case "info":
+		opt = level.AllowInfo()
+	case "warn":
+		opt = level.AllowWarn()
+	case "error":
+		opt = level.AllowError()
+	default:
+		return nil, fmt.Errorf("--log.level %q: want debug, info, warn or error", lvl)
+	}
+	return log.With(level.NewFilter(logger, opt), "ts", log.DefaultTimestampUTC, "caller", log.DefaultCaller), nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sar-bridge: %v\n", err)
+		os.Exit(2)
+	}
+	logger, err := newLogger(cfg.logLevel, cfg.logFormat)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sar-bridge: %v\n", err)
+		os.Exit(2)
+	}
+	if err := run(cfg, logger); err != nil {
+		level.Error(logger).Log("msg", "exiting", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg config, logger log.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	mappings := cfg.mappings
+	if mappings.Len() == 0 {
+		level.Warn(logger).Log("msg", "no --openshift.mappings: every pod will be denied as unmapped")
+	}
+	evaluator, err := policies.New(ctx, policies.Options{Dir: cfg.policyDir, DataFile: cfg.policyData})
+	if err != nil {
+		return fmt.Errorf("loading policies: %w", err)
+	}
+	client, err := kube.NewClient(kube.ClientOptions{Kubeconfig: cfg.kubeconfig, QPS: cfg.kubeQPS, Burst: cfg.kubeBurst, UserAgent: "sar-bridge"})
+	if err != nil {
+		return err
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := authorizer.NewMetrics(registry)
+
+	view := kube.NewClusterView(client, cfg.resync)
+	view.Start(ctx)
+	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client), cache.NewMemory(cfg.cacheSize),
+		authorizer.CachingReviewerOptions{AllowedTTL: cfg.allowedTTL, DeniedTTL: cfg.deniedTTL, Timeout: cfg.reviewTimeout, Metrics: metrics, Logger: logger})
+	authz := authorizer.New(authorizer.Config{
+		Mappings: mappings, TenantLabel: cfg.tenantLabel, TrustInputUser: cfg.trustInputUser, NodeAccess: cfg.nodeAccess,
+	}, reviewer, view, evaluator, metrics, logger)
+
+	ready := func(ctx context.Context) error {
+		if !view.Synced() {
+			return errors.New("namespace and node informers not synced")
+		}
+		return kube.CheckReachable(ctx, client, 2*time.Second)
+	}
+	public := &http.Server{
+		Addr:              cfg.webListen,
+		Handler:           server.NewPublic(authz, server.Options{MaxBodyBytes: cfg.maxBodyBytes, Logger: logger, Registerer: registry}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+	internal := &http.Server{
+		Addr:              cfg.internalListen,
+		Handler:           server.NewInternal(ready, registry),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+
+	level.Info(logger).Log("msg", "starting", "public", cfg.webListen, "internal", cfg.internalListen,
+		"mappings", mappings.String(), "tenant_label", cfg.tenantLabel, "node_access", cfg.nodeAccess)
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range []*http.Server{public, internal} {
+		ln, err := net.Listen("tcp", s.Addr)
+		if err != nil {
+			return fmt.Errorf("listening on %s: %w", s.Addr, err)
+		}
+		g.Go(func() error {
+			if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serving %s: %w", s.Addr, err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		if view.WaitForSync(gctx) {
+			level.Info(logger).Log("msg", "cluster view synced")
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		level.Info(logger).Log("msg", "shutting down")
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdown)
+		defer cancel()
+		return errors.Join(public.Shutdown(shutdownCtx), internal.Shutdown(shutdownCtx))
+	})
+	return g.Wait()
+}

@@ -1,0 +1,353 @@
+// Package policies embeds sar-bridge's default Rego policy and evaluates
+// documents under data.* the way OPA's Data API does.
+package policies
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed rego/*.rego
+var embedded embed.FS
+
+const (
+	embeddedDir = "rego"
+	// cacheSize bounds prepared queries; paths come from callers, so the
+	// cache must not grow with whatever they send.
+	cacheSize = 128
+)
+
+// Options configures New.
+type Options struct {
+	// Dir optionally holds *.rego files that extend the embedded defaults.
+	// A file whose base name equals an embedded file's replaces it;
+	// *_test.rego files are ignored.
+	Dir string
+	// DataFile optionally names a JSON or YAML file holding an object that
+	// becomes `data`.
+	DataFile string
+}
+
+// Evaluator evaluates documents of a compiled policy set. It is safe for
+// concurrent use.
+type Evaluator struct {
+	compiler *ast.Compiler
+	store    storage.Store
+	cache    *lru
+}
+
+// DefaultModules returns the embedded policy sources (tests excluded),
+// keyed by file name.
+func DefaultModules() map[string]string {
+	mods, err := embeddedModules(false)
+	if err != nil {
+		// The embedded FS is fixed at build time; failing here is a build bug.
+		panic(err)
+	}
+	return mods
+}
+
+// embeddedModules reads the embedded .rego files, with or without tests.
+func embeddedModules(withTests bool) (map[string]string, error) {
+	entries, err := fs.ReadDir(embedded, embeddedDir)
+	if err != nil {
+		return nil, fmt.Errorf("reading embedded policies: %w", err)
+	}
+	mods := make(map[string]string, len(entries))
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".rego") || (!withTests && isTestFile(name)) {
+			continue
+		}
+		b, err := embedded.ReadFile(path.Join(embeddedDir, name))
+		if err != nil {
+			return nil, fmt.Errorf("reading embedded policy %s: %w", name, err)
+		}
+		mods[name] = string(b)
+	}
+	return mods, nil
+}
+
+func isTestFile(name string) bool { return strings.HasSuffix(name, "_test.rego") }
+
+type source struct {
+	filename string // shown in parse/compile errors
+	text     string
+}
+
+// New compiles the embedded modules plus opts.Dir, loads opts.DataFile and
+// returns a ready Evaluator.
+func New(_ context.Context, opts Options) (*Evaluator, error) {
+	defaults, err := embeddedModules(false)
+	if err != nil {
+		return nil, err
+	}
+	sources := make(map[string]source, len(defaults))
+	for name, text := range defaults {
+		sources[name] = source{filename: "embedded:" + embeddedDir + "/" + name, text: text}
+	}
+	if opts.Dir != "" {
+		if err := addDir(sources, opts.Dir); err != nil {
+			return nil, err
+		}
+	}
+
+	compiler, err := compile(sources)
+	if err != nil {
+		return nil, err
+	}
+
+	data := map[string]any{}
+	if opts.DataFile != "" {
+		if data, err = loadData(opts.DataFile); err != nil {
+			return nil, err
+		}
+	}
+
+	return &Evaluator{
+		compiler: compiler,
+		store:    inmem.NewFromObject(data),
+		cache:    newLRU(cacheSize),
+	}, nil
+}
+
+// addDir overlays dir's *.rego files (non-recursive, tests skipped) onto
+// sources by base name.
+func addDir(sources map[string]source, dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("reading policy directory %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".rego") || isTestFile(name) {
+			continue
+		}
+		full := filepath.Join(dir, name)
+		b, err := os.ReadFile(full)
+		if err != nil {
+			return fmt.Errorf("reading policy %s: %w", full, err)
+		}
+		sources[name] = source{filename: full, text: string(b)}
+	}
+	return nil
+}
+
+func compile(sources map[string]source) (*ast.Compiler, error) {
+	names := make([]string, 0, len(sources))
+	for name := range sources {
+		names = append(names, name)
+	}
+	sort.Strings(names) // deterministic error order
+	modules := make(map[string]*ast.Module, len(sources))
+	popts := ast.ParserOptions{RegoVersion: ast.RegoV1}
+	for _, name := range names {
+		src := sources[name]
+		m, err := ast.ParseModuleWithOpts(src.filename, src.text, popts)
+		if err != nil {
+			return nil, fmt.Errorf("parsing policy %s: %w", src.filename, err)
+		}
+		modules[src.filename] = m
+	}
+	c := ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1)
+	if c.Compile(modules); c.Failed() {
+		return nil, fmt.Errorf("compiling policies: %w", c.Errors)
+	}
+	return c, nil
+}
+
+// loadData reads a JSON or YAML object. JSON bypasses the YAML converter and
+// numbers stay json.Number, so large or fractional values survive unchanged.
+func loadData(file string) (map[string]any, error) {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading data file %s: %w", file, err)
+	}
+	js := raw
+	if !json.Valid(raw) {
+		if js, err = yaml.YAMLToJSON(raw); err != nil {
+			return nil, fmt.Errorf("parsing data file %s: %w", file, err)
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("decoding data file %s: %w", file, err)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("data file %s: %w (got %T)", file, errDataNotObject, v)
+	}
+	return obj, nil
+}
+
+var errDataNotObject = errors.New("top level must be an object")
+
+// resultVar receives the document; binding it (rather than querying the ref
+// bare) keeps a `false` document defined.
+const resultVar = "result"
+
+// Eval evaluates data.<path...> with input, as OPA's Data API does.
+// defined is false when the document is undefined.
+func (e *Evaluator) Eval(ctx context.Context, path []string, input map[string]any) (any, bool, error) {
+	pq, err := e.prepare(ctx, path)
+	if err != nil || pq == nil {
+		return nil, false, err
+	}
+	var evalOpts []rego.EvalOption
+	if input != nil {
+		evalOpts = append(evalOpts, rego.EvalInput(input))
+	}
+	rs, err := pq.Eval(ctx, evalOpts...)
+	if err != nil {
+		return nil, false, fmt.Errorf("evaluating %s: %w", pathString(path), err)
+	}
+	if len(rs) == 0 {
+		return nil, false, nil
+	}
+	v, ok := rs[0].Bindings[resultVar]
+	if !ok {
+		return nil, false, nil
+	}
+	return v, true, nil
+}
+
+// prepare returns the cached or newly prepared query for path; nil (without
+// error) means the path is statically undefined.
+func (e *Evaluator) prepare(ctx context.Context, path []string) (*rego.PreparedEvalQuery, error) {
+	if len(path) == 0 {
+		return nil, errors.New("policy path is empty")
+	}
+	ref := make(ast.Ref, 0, len(path)+1)
+	ref = append(ref, ast.DefaultRootDocument)
+	for i, seg := range path {
+		if seg == "" {
+			return nil, fmt.Errorf("policy path segment %d is empty", i)
+		}
+		// String terms, never parsed text: a segment cannot inject Rego.
+		ref = append(ref, ast.StringTerm(seg))
+	}
+	key := cacheKey(path)
+	if pq, ok := e.cache.get(key); ok {
+		return pq, nil
+	}
+	query := ast.NewBody(ast.Equality.Expr(ast.VarTerm(resultVar), ast.NewTerm(ref)))
+	pq, err := rego.New(
+		rego.ParsedQuery(query),
+		rego.Compiler(e.compiler),
+		rego.Store(e.store),
+	).PrepareForEval(ctx)
+	if err != nil {
+		if staticallyUndefined(err) {
+			// Cached as nil: rules and data are fixed for the Evaluator's
+			// lifetime, so the path stays undefined.
+			e.cache.add(key, nil)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("preparing query for %s: %w", pathString(path), err)
+	}
+	// A concurrent miss may have prepared the same path; either copy works.
+	e.cache.add(key, &pq)
+	return &pq, nil
+}
+
+// staticallyUndefined reports whether preparation failed only because the
+// type checker proved the ref undefined (e.g. a key below a boolean rule).
+// The query is nothing but that ref, so any pure type error means exactly
+// this; the Data API contract is "undefined", not an error.
+func staticallyUndefined(err error) bool {
+	var errs ast.Errors
+	if !errors.As(err, &errs) || len(errs) == 0 {
+		return false
+	}
+	for _, e := range errs {
+		if e.Code != ast.TypeErr {
+			return false
+		}
+	}
+	return true
+}
+
+// cacheKey length-prefixes segments so distinct paths never collide.
+func cacheKey(path []string) string {
+	var b strings.Builder
+	for _, s := range path {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	return b.String()
+}
+
+func pathString(path []string) string {
+	return strconv.Quote(strings.Join(path, "/"))
+}
+
+// lru is a minimal mutex-guarded LRU of prepared queries.
+type lru struct {
+	mu    sync.Mutex
+	max   int
+	order *list.List // front = most recently used
+	items map[string]*list.Element
+}
+
+type lruEntry struct {
+	key string
+	pq  *rego.PreparedEvalQuery
+}
+
+func newLRU(max int) *lru {
+	return &lru{max: max, order: list.New(), items: make(map[string]*list.Element, max)}
+}
+
+func (c *lru) get(key string) (*rego.PreparedEvalQuery, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.items[key]
+	if !ok {
+		return nil, false
+	}
+	c.order.MoveToFront(el)
+	return el.Value.(*lruEntry).pq, true
+}
+
+func (c *lru) add(key string, pq *rego.PreparedEvalQuery) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[key]; ok {
+		c.order.MoveToFront(el)
+		return
+	}
+	c.items[key] = c.order.PushFront(&lruEntry{key: key, pq: pq})
+	for c.order.Len() > c.max {
+		last := c.order.Back()
+		c.order.Remove(last)
+		delete(c.items, last.Value.(*lruEntry).key)
+	}
+}
+
+func (c *lru) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.order.Len()
+}

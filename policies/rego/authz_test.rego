@@ -1,0 +1,542 @@
+package interlink.authz_test
+
+import data.interlink.authz
+
+# ---------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------
+
+sa := "system:serviceaccount:team-a:runner"
+
+team_group := "system:serviceaccounts:team-a"
+
+review_ok := {
+	"allowed": true,
+	"denied": false,
+	"reason": "RBAC: allowed by RoleBinding \"team-a/runner\"",
+	"attributes": [{"namespace": "team-a", "verb": "create", "group": "interlink.io", "resource": "pods", "name": ""}],
+}
+
+subject := {
+	"username": sa,
+	"uid": "",
+	"groups": ["system:serviceaccounts", team_group, "system:authenticated"],
+	"extra": {},
+}
+
+main_container := {"name": "main", "image": "busybox"}
+
+base := {
+	"operation": "create",
+	"pod": {
+		"apiVersion": "v1",
+		"kind": "Pod",
+		"metadata": {"name": "p", "namespace": "team-a"},
+		"spec": {"containers": [main_container]},
+	},
+	"subject": subject,
+	"tenant": "tenant-a",
+	"tenant_label": "interlink.io/tenant",
+	"group": "interlink.io",
+	"namespace": {"name": "team-a", "labels": {}, "annotations": {}},
+	"node": {
+		"name": "vk-a",
+		"found": true,
+		"labels": {"interlink.io/tenant": "tenant-a"},
+		"taints": [],
+		"allocatable": {"cpu": "8", "memory": "32Gi"},
+	},
+	"review": review_ok,
+}
+
+# with_spec merges extra fields into the base pod spec.
+with_spec(extra) := object.union(base, {"pod": object.union(base.pod, {"spec": object.union(base.pod.spec, extra)})})
+
+# one_container builds a create input whose only container has resources r.
+one_container(r) := with_spec({"containers": [{"name": "main", "image": "busybox", "resources": r}]})
+
+limits := {
+	team_group: {"cpu": "4", "memory": "8Gi"},
+	"system:authenticated": {"cpu": "2000m", "memory": "16384Mi"},
+	"some-other-group": {"cpu": "100", "memory": "1Ti"},
+}
+
+protected := [{
+	"key": "hpc.example/reserved",
+	"value": "gpu",
+	"allowed_users": [sa],
+	"allowed_groups": ["gpu-users"],
+}]
+
+other_subject := {"username": "alice", "uid": "", "groups": ["system:authenticated"], "extra": {}}
+
+gpu_group_subject := {"username": "bob", "uid": "", "groups": ["system:authenticated", "gpu-users"], "extra": {}}
+
+tol(t) := with_spec({"tolerations": [t]})
+
+# ---------------------------------------------------------------------------
+# Baseline and rule 1 (review)
+# ---------------------------------------------------------------------------
+
+test_plain_create_allowed if {
+	authz.allow with input as base
+	authz.decision == {
+		"allowed": true,
+		"reason": review_ok.reason,
+		"modifications": {"pod_annotations": {}, "resource_limits": {}},
+		"review": review_ok,
+	} with input as base
+	count(authz.deny) == 0 with input as base
+}
+
+test_review_denial_reason_passes_through if {
+	inp := object.union(base, {"review": {"allowed": false, "denied": true, "reason": "RBAC: no binding for create interlink.io/pods", "attributes": []}})
+	not authz.allow with input as inp
+	d := authz.decision with input as inp
+	d.allowed == false
+	d.reason == "RBAC: no binding for create interlink.io/pods"
+	d.review == inp.review
+}
+
+test_review_denial_generic_reason_when_empty if {
+	inp := object.union(base, {"review": {"allowed": false, "denied": false, "reason": ""}})
+	r := authz.decision.reason with input as inp
+	r == "subject access review did not allow the request"
+}
+
+test_review_unmapped_tenant if {
+	inp := object.union(base, {"group": null, "review": {"allowed": false, "denied": false, "reason": "tenant \"tenant-x\" is not mapped to an API group"}})
+	not authz.allow with input as inp
+	authz.decision.reason == "tenant \"tenant-x\" is not mapped to an API group" with input as inp
+}
+
+test_review_allowed_must_be_true_boolean if {
+	inp := object.union(base, {"review": {"allowed": "true", "reason": "x"}})
+	not authz.allow with input as inp
+}
+
+test_review_reason_first_then_sorted_violations if {
+	inp := object.union(with_spec({"nodeSelector": {"interlink.io/tenant": "tenant-b"}, "tolerations": [{"operator": "Exists"}]}), {"review": {"allowed": false, "reason": "RBAC: denied"}})
+	r := authz.decision.reason with input as inp with data.interlink.protected_taints as protected
+	r == concat("; ", [
+		"RBAC: denied",
+		"nodeSelector interlink.io/tenant=tenant-b selects tenant \"tenant-b\", not the pod's tenant \"tenant-a\"",
+		"toleration without key and operator Exists tolerates protected taints and is not allowed (subject \"system:serviceaccount:team-a:runner\")",
+	])
+}
+
+test_violations_only_reason_when_review_allowed if {
+	inp := with_spec({"nodeSelector": {"interlink.io/tenant": "tenant-b"}})
+	authz.decision.reason == "nodeSelector interlink.io/tenant=tenant-b selects tenant \"tenant-b\", not the pod's tenant \"tenant-a\"" with input as inp
+}
+
+# ---------------------------------------------------------------------------
+# Rule 2: resource caps
+# ---------------------------------------------------------------------------
+
+test_caps_under_largest_cap_allowed if {
+	# cpu cap = max(4, 2000m) = 4; memory cap = max(8Gi, 16384Mi) = 16Gi,
+	# so 12Gi exceeds team-a's cap but not the larger one.
+	inp := one_container({"limits": {"cpu": "3500m", "memory": "12Gi"}})
+	authz.allow with input as inp with data.interlink.limits as limits
+}
+
+test_caps_limit_over_cap_denied if {
+	inp := one_container({"limits": {"cpu": "4.5", "memory": "1Gi"}})
+	not authz.allow with input as inp with data.interlink.limits as limits
+	authz.deny == {"container \"main\" sets cpu limit 4.5 over the cap 4 for group \"system:serviceaccounts:team-a\""} with input as inp
+		with data.interlink.limits as limits
+}
+
+test_caps_equal_to_cap_allowed if {
+	inp := one_container({"limits": {"cpu": "4000m", "memory": "17179869184"}})
+	authz.allow with input as inp with data.interlink.limits as limits
+}
+
+test_caps_memory_bytes_over_cap_denied if {
+	inp := one_container({"limits": {"memory": "17179869185"}})
+	authz.deny == {"container \"main\" sets memory limit 17179869185 over the cap 16384Mi for group \"system:authenticated\""} with input as inp
+		with data.interlink.limits as limits
+}
+
+test_caps_decimal_si_units if {
+	# 17G < 16Gi (17179869184) < 18G
+	authz.allow with input as one_container({"limits": {"memory": "17G"}}) with data.interlink.limits as limits
+	not authz.allow with input as one_container({"limits": {"memory": "18G"}}) with data.interlink.limits as limits
+	authz.allow with input as one_container({"limits": {"memory": "16000000k"}}) with data.interlink.limits as limits
+}
+
+test_caps_exponent_forms if {
+	not authz.allow with input as one_container({"limits": {"cpu": "1e3"}}) with data.interlink.limits as limits
+	authz.allow with input as one_container({"limits": {"cpu": "4e0"}}) with data.interlink.limits as limits
+	authz.allow with input as one_container({"limits": {"cpu": "35E-1"}}) with data.interlink.limits as limits
+}
+
+test_caps_request_used_when_limit_absent if {
+	inp := one_container({"requests": {"cpu": "8"}})
+	authz.deny == {"container \"main\" requests cpu 8 over the cap 4 for group \"system:serviceaccounts:team-a\""} with input as inp
+		with data.interlink.limits as limits
+}
+
+test_caps_request_used_per_resource if {
+	# A memory limit does not hide an oversized cpu request.
+	inp := one_container({"limits": {"memory": "1Gi"}, "requests": {"cpu": "5", "memory": "512Mi"}})
+	authz.deny == {"container \"main\" requests cpu 5 over the cap 4 for group \"system:serviceaccounts:team-a\""} with input as inp
+		with data.interlink.limits as limits
+}
+
+test_caps_limit_preferred_over_request if {
+	inp := one_container({"limits": {"cpu": "2"}, "requests": {"cpu": "5"}})
+	authz.allow with input as inp with data.interlink.limits as limits
+}
+
+test_caps_init_containers_checked if {
+	inp := with_spec({"initContainers": [{"name": "setup", "resources": {"limits": {"memory": "32Gi"}}}]})
+	authz.deny == {"container \"setup\" sets memory limit 32Gi over the cap 16384Mi for group \"system:authenticated\""} with input as inp
+		with data.interlink.limits as limits
+}
+
+test_caps_every_container_named if {
+	inp := with_spec({"containers": [
+		{"name": "a", "resources": {"limits": {"cpu": "5"}}},
+		{"name": "b", "resources": {"limits": {"cpu": "6"}}},
+		{"name": "c", "resources": {"limits": {"cpu": "1"}}},
+	]})
+	d := authz.deny with input as inp with data.interlink.limits as limits
+	count(d) == 2
+	every name in ["a", "b"] {
+		some m in d
+		startswith(m, sprintf("container %q ", [name]))
+	}
+}
+
+test_caps_none_when_no_group_capped if {
+	inp := object.union(one_container({"limits": {"cpu": "1000", "memory": "1Pi"}}), {"subject": {"username": "u", "groups": ["unrelated"]}})
+	authz.allow with input as inp with data.interlink.limits as limits
+}
+
+test_caps_only_capped_resource_enforced if {
+	inp := one_container({"limits": {"cpu": "1", "memory": "1Pi"}})
+	authz.allow with input as inp with data.interlink.limits as {team_group: {"cpu": "2"}}
+	not authz.allow with input as one_container({"limits": {"cpu": "3"}}) with data.interlink.limits as {team_group: {"cpu": "2"}}
+}
+
+test_caps_absent_without_data if {
+	authz.allow with input as one_container({"limits": {"cpu": "1000"}})
+}
+
+test_caps_invalid_quantity_denied if {
+	inp := one_container({"limits": {"cpu": "lots"}})
+	authz.deny == {"container \"main\" has an invalid cpu quantity lots (cap 4 for group \"system:serviceaccounts:team-a\")"} with input as inp
+		with data.interlink.limits as limits
+}
+
+test_caps_invalid_cap_denied if {
+	inp := one_container({"limits": {"cpu": "1"}})
+	authz.deny == {"invalid cpu cap four configured for group \"system:serviceaccounts:team-a\""} with input as inp
+		with data.interlink.limits as {team_group: {"cpu": "four"}}
+}
+
+test_caps_numeric_values_accepted if {
+	authz.allow with input as one_container({"limits": {"cpu": 2}}) with data.interlink.limits as {team_group: {"cpu": 3}}
+	not authz.allow with input as one_container({"limits": {"cpu": 4}}) with data.interlink.limits as {team_group: {"cpu": 3}}
+}
+
+test_caps_ignored_for_delete_and_status if {
+	inp := one_container({"limits": {"cpu": "64"}})
+	authz.allow with input as object.union(inp, {"operation": "delete"}) with data.interlink.limits as limits
+	authz.allow with input as object.union(inp, {"operation": "status"}) with data.interlink.limits as limits
+}
+
+# ---------------------------------------------------------------------------
+# Rule 3: protected taints
+# ---------------------------------------------------------------------------
+
+test_taint_exists_denied_even_for_allowed_user if {
+	inp := tol({"key": "hpc.example/reserved", "operator": "Exists", "effect": "NoSchedule"})
+	not authz.allow with input as inp with data.interlink.protected_taints as protected
+	authz.deny == {"toleration \"hpc.example/reserved\" with operator Exists covers protected taint \"hpc.example/reserved\" and is not allowed for any subject (subject \"system:serviceaccount:team-a:runner\")"} with input as inp
+		with data.interlink.protected_taints as protected
+}
+
+test_taint_exists_denied_even_for_allowed_group if {
+	inp := object.union(tol({"key": "hpc.example/reserved", "operator": "Exists"}), {"subject": gpu_group_subject})
+	not authz.allow with input as inp with data.interlink.protected_taints as protected
+}
+
+test_taint_equal_by_allowed_user_allowed if {
+	inp := tol({"key": "hpc.example/reserved", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"})
+	authz.allow with input as inp with data.interlink.protected_taints as protected
+}
+
+test_taint_equal_default_operator_by_allowed_group_allowed if {
+	inp := object.union(tol({"key": "hpc.example/reserved", "value": "gpu"}), {"subject": gpu_group_subject})
+	authz.allow with input as inp with data.interlink.protected_taints as protected
+}
+
+test_taint_equal_by_other_subject_denied if {
+	inp := object.union(tol({"key": "hpc.example/reserved", "value": "gpu"}), {"subject": other_subject})
+	authz.deny == {"toleration \"hpc.example/reserved\"=\"gpu\" of a protected taint is not allowed for subject \"alice\""} with input as inp
+		with data.interlink.protected_taints as protected
+}
+
+test_taint_equal_empty_operator_string_is_equal if {
+	inp := object.union(tol({"key": "hpc.example/reserved", "operator": "", "value": "gpu"}), {"subject": other_subject})
+	not authz.allow with input as inp with data.interlink.protected_taints as protected
+}
+
+test_taint_untracked_key_allowed if {
+	authz.allow with input as tol({"key": "other/taint", "operator": "Exists"}) with data.interlink.protected_taints as protected
+	authz.allow with input as object.union(tol({"key": "other/taint", "value": "gpu"}), {"subject": other_subject})
+		with data.interlink.protected_taints as protected
+}
+
+test_taint_protected_key_other_value_allowed if {
+	inp := object.union(tol({"key": "hpc.example/reserved", "operator": "Equal", "value": "cpu"}), {"subject": other_subject})
+	authz.allow with input as inp with data.interlink.protected_taints as protected
+}
+
+test_taint_keyless_exists_denied_when_protected_configured if {
+	inp := tol({"operator": "Exists"})
+	not authz.allow with input as inp with data.interlink.protected_taints as protected
+	not authz.allow with input as tol({"key": "", "operator": "Exists"}) with data.interlink.protected_taints as protected
+}
+
+test_taint_keyless_exists_allowed_without_protected_taints if {
+	authz.allow with input as tol({"operator": "Exists"})
+	authz.allow with input as tol({"operator": "Exists"}) with data.interlink.protected_taints as []
+}
+
+test_taint_unknown_operator_on_protected_key_denied if {
+	inp := tol({"key": "hpc.example/reserved", "operator": "Like", "value": "gpu"})
+	not authz.allow with input as inp with data.interlink.protected_taints as protected
+}
+
+test_taint_rules_ignored_for_delete if {
+	inp := object.union(tol({"operator": "Exists"}), {"operation": "delete"})
+	authz.allow with input as inp with data.interlink.protected_taints as protected
+}
+
+# ---------------------------------------------------------------------------
+# Rule 4: tenant isolation
+# ---------------------------------------------------------------------------
+
+node_b := {"name": "vk-b", "found": true, "labels": {"interlink.io/tenant": "tenant-b"}, "taints": []}
+
+test_tenant_same_tenant_allowed if {
+	inp := object.union(
+		with_spec({
+			"nodeSelector": {"interlink.io/tenant": "tenant-a"},
+			"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "interlink.io/tenant", "operator": "In", "values": ["tenant-a"]}]}]}}},
+		}),
+		{"node": base.node},
+	)
+	authz.allow with input as inp
+}
+
+test_tenant_node_label_other_tenant_denied if {
+	inp := object.union(base, {"node": node_b})
+	authz.deny == {"target node \"vk-b\" belongs to tenant \"tenant-b\", not the pod's tenant \"tenant-a\""} with input as inp
+}
+
+test_tenant_node_not_found_or_null_allowed if {
+	authz.allow with input as object.union(base, {"node": object.union(node_b, {"found": false})})
+	authz.allow with input as object.union(base, {"node": null})
+	authz.allow with input as object.union(base, {"node": {"name": "vk", "found": true, "labels": {}}})
+}
+
+test_tenant_node_selector_other_tenant_denied if {
+	inp := with_spec({"nodeSelector": {"interlink.io/tenant": "tenant-b", "kubernetes.io/os": "linux"}})
+	authz.deny == {"nodeSelector interlink.io/tenant=tenant-b selects tenant \"tenant-b\", not the pod's tenant \"tenant-a\""} with input as inp
+}
+
+test_tenant_affinity_other_tenant_denied if {
+	inp := with_spec({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+		{"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]},
+		{"matchExpressions": [{"key": "interlink.io/tenant", "operator": "In", "values": ["tenant-a", "tenant-b"]}]},
+	]}}}})
+	authz.deny == {"required node affinity interlink.io/tenant In tenant-b selects tenant \"tenant-b\", not the pod's tenant \"tenant-a\""} with input as inp
+}
+
+test_tenant_affinity_not_in_and_preferred_ignored if {
+	inp := with_spec({"affinity": {"nodeAffinity": {
+		"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "interlink.io/tenant", "operator": "NotIn", "values": ["tenant-b"]}]}]},
+		"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {"matchExpressions": [{"key": "interlink.io/tenant", "operator": "In", "values": ["tenant-b"]}]}}],
+	}}})
+	authz.allow with input as inp
+}
+
+test_tenant_rules_ignored_for_status if {
+	inp := object.union(with_spec({"nodeSelector": {"interlink.io/tenant": "tenant-b"}}), {"operation": "status", "node": node_b})
+	authz.allow with input as inp
+}
+
+# ---------------------------------------------------------------------------
+# Rule 5: modifications
+# ---------------------------------------------------------------------------
+
+default_limits := {"cpu": "1", "memory": "1Gi"}
+
+test_mod_billing_annotation if {
+	inp := object.union(base, {"namespace": {"name": "team-a", "labels": {"interlink.io/billing-project": "proj-42"}, "annotations": {}}})
+	authz.decision.modifications.pod_annotations == {"interlink.io/billing-project": "proj-42"} with input as inp
+}
+
+test_mod_no_billing_annotation if {
+	authz.decision.modifications.pod_annotations == {} with input as base
+}
+
+test_mod_default_limits_for_containers_without_limits if {
+	inp := with_spec({
+		"containers": [
+			{"name": "bare"},
+			{"name": "requests-only", "resources": {"requests": {"cpu": "1"}}},
+			{"name": "limited", "resources": {"limits": {"cpu": "1"}}},
+			{"name": "empty-limits", "resources": {"limits": {}}},
+			{"image": "unnamed"},
+		],
+		"initContainers": [{"name": "init"}],
+	})
+	authz.decision.modifications.resource_limits == {
+		"bare": default_limits,
+		"requests-only": default_limits,
+		"empty-limits": default_limits,
+		"init": default_limits,
+	} with input as inp
+		with data.interlink.default_limits as default_limits
+}
+
+test_mod_no_default_limits_configured if {
+	authz.decision.modifications.resource_limits == {} with input as base
+	authz.decision.modifications.resource_limits == {} with input as base with data.interlink.default_limits as {}
+}
+
+test_mod_duplicate_container_names_no_conflict if {
+	inp := with_spec({"containers": [{"name": "x"}], "initContainers": [{"name": "x"}]})
+	authz.decision.modifications.resource_limits == {"x": default_limits} with input as inp
+		with data.interlink.default_limits as default_limits
+}
+
+test_mod_empty_for_delete_and_status if {
+	inp := object.union(base, {"namespace": {"labels": {"interlink.io/billing-project": "proj-42"}}})
+	every op in ["delete", "status"] {
+		m := authz.decision.modifications with input as object.union(inp, {"operation": op})
+			with data.interlink.default_limits as default_limits
+		m == {"pod_annotations": {}, "resource_limits": {}}
+	}
+}
+
+# ---------------------------------------------------------------------------
+# delete / status follow the review alone
+# ---------------------------------------------------------------------------
+
+bad_pod := object.union(
+	with_spec({
+		"containers": [{"name": "main", "resources": {"limits": {"cpu": "64"}}}],
+		"tolerations": [{"operator": "Exists"}],
+		"nodeSelector": {"interlink.io/tenant": "tenant-b"},
+	}),
+	{"node": node_b},
+)
+
+test_bad_pod_denied_on_create if {
+	d := authz.deny with input as bad_pod with data.interlink.limits as limits with data.interlink.protected_taints as protected
+	count(d) == 4
+}
+
+test_delete_and_status_follow_review if {
+	every op in ["delete", "status"] {
+		inp := object.union(bad_pod, {"operation": op})
+		d := authz.decision with input as inp with data.interlink.limits as limits with data.interlink.protected_taints as protected
+		d.allowed == true
+		d.reason == review_ok.reason
+		count(authz.deny) == 0 with input as inp with data.interlink.limits as limits with data.interlink.protected_taints as protected
+	}
+}
+
+test_delete_denied_by_review if {
+	inp := object.union(base, {"operation": "delete", "review": {"allowed": false, "reason": "RBAC: cannot delete"}})
+	authz.decision.allowed == false with input as inp
+	authz.decision.reason == "RBAC: cannot delete" with input as inp
+}
+
+# ---------------------------------------------------------------------------
+# Robustness: always defined, never an error
+# ---------------------------------------------------------------------------
+
+empty_decision := {
+	"allowed": false,
+	"reason": "subject access review did not allow the request",
+	"modifications": {"pod_annotations": {}, "resource_limits": {}},
+	"review": null,
+}
+
+test_no_input_defined if {
+	authz.allow == false
+	authz.decision == empty_decision
+}
+
+test_empty_input_defined if {
+	authz.allow == false with input as {}
+	authz.decision == empty_decision with input as {}
+}
+
+test_non_object_input_defined if {
+	every inp in ["x", 1, [], null, true] {
+		authz.allow == false with input as inp
+		authz.decision.allowed == false with input as inp
+	}
+}
+
+test_odd_field_types_defined if {
+	odd := {
+		"operation": "create",
+		"pod": {"spec": {
+			"containers": [1, "x", null, {"name": 5, "resources": "big"}, {"resources": {"limits": {"cpu": null, "memory": ["1Gi"]}}}],
+			"initContainers": "none",
+			"tolerations": [1, {"key": 5, "operator": "Exists"}, {"key": "k", "operator": 7}],
+			"nodeSelector": "tenant-b",
+			"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [1, {"matchExpressions": "x"}]}}},
+		}},
+		"subject": {"username": 7, "groups": "system:authenticated"},
+		"tenant": 3,
+		"tenant_label": ["x"],
+		"namespace": "team-a",
+		"node": "vk",
+		"review": {"allowed": true, "reason": 12},
+	}
+	d := authz.decision with input as odd
+		with data.interlink.limits as [1]
+		with data.interlink.protected_taints as {"key": "x"}
+		with data.interlink.default_limits as "1"
+	is_boolean(d.allowed)
+	is_string(d.reason)
+	is_object(d.modifications)
+}
+
+test_odd_pod_with_caps_and_taints_defined if {
+	odd := object.union(base, {"pod": {"spec": {
+		"containers": [{"resources": {"limits": {"memory": ["1Gi"]}}}, {"name": "m", "resources": {"requests": {"cpu": true}}}],
+		"tolerations": [{"key": 5, "operator": "Exists"}],
+	}}})
+	d := authz.decision with input as odd
+		with data.interlink.limits as {team_group: "4", "system:authenticated": {"memory": "1Gi", "cpu": "1"}}
+		with data.interlink.protected_taints as [1, {"key": 2}, {"key": "k"}]
+	d.allowed == false
+	contains(d.reason, "container \"#0\" has an invalid memory quantity")
+	contains(d.reason, "container \"m\" has an invalid cpu quantity true")
+	contains(d.reason, "toleration without key")
+}
+
+test_pod_without_spec_allowed_by_review if {
+	inp := object.union(base, {"pod": {}})
+	authz.allow with input as inp with data.interlink.limits as limits with data.interlink.protected_taints as protected
+}
+
+test_allow_matches_decision if {
+	every inp in [base, bad_pod, {}] {
+		a := authz.allow with input as inp with data.interlink.limits as limits
+		d := authz.decision with input as inp with data.interlink.limits as limits
+		a == d.allowed
+	}
+}

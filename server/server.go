@@ -1,0 +1,236 @@
+// Package server serves the OPA Data API over HTTP on the public listener, and health,
+// readiness, metrics and profiles on the internal one.
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/pprof"
+	"net/url"
+	"strings"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sar-bridge/sar-bridge/authorizer"
+)
+
+// Decider answers a policy document for an input; authorizer.Authorizer is the real one.
+type Decider interface {
+	Decide(ctx context.Context, path []string, input json.RawMessage) (authorizer.Decision, error)
+}
+
+// OPA's error codes, as its clients parse them.
+const (
+	codeInvalidParameter = "invalid_parameter"
+	codeInvalidOperation = "invalid_operation"
+	codeNotFound         = "resource_not_found"
+	codeInternal         = "internal_error"
+)
+
+// DefaultMaxBodyBytes bounds a request body: a pod is a few KiB, so 1 MiB is generous.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Options configures the public handler.
+type Options struct {
+	MaxBodyBytes int64
+	Logger       log.Logger
+	Registerer   prometheus.Registerer
+}
+
+const dataPrefix = "/v1/data/"
+
+// NewPublic returns the handler of the public listener: the OPA Data API and /health.
+func NewPublic(decider Decider, opts Options) http.Handler {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = log.NewNopLogger()
+	}
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sar_bridge_http_requests_total",
+		Help: "HTTP requests on the public listener, by route and status code.",
+	}, []string{"path", "code"})
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(requests)
+	}
+	// Routes, not raw paths, label the metric: callers choose paths, and an unbounded
+	// label set would grow without end.
+	instrument := func(route string, h http.Handler) http.Handler {
+		return promhttp.InstrumentHandlerCounter(requests.MustCurryWith(prometheus.Labels{"path": route}), h)
+	}
+	data := &dataHandler{decider: decider, maxBody: opts.MaxBodyBytes, logger: opts.Logger}
+	dataRoute := instrument("/v1/data", data)
+	healthRoute := instrument("/health", http.HandlerFunc(health))
+	notFound := instrument("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
+	}))
+	// Routed by hand rather than by http.ServeMux, which answers unclean paths such as
+	// /v1/data/a//b with a redirect: a policy path is either valid or a 400.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch p := r.URL.Path; {
+		case p == "/v1/data" || strings.HasPrefix(p, dataPrefix):
+			dataRoute.ServeHTTP(w, r)
+		case p == "/health":
+			healthRoute.ServeHTTP(w, r)
+		default:
+			notFound.ServeHTTP(w, r)
+		}
+	})
+}
+
+// health is OPA's liveness answer on the public port.
+func health(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, codeInvalidOperation, fmt.Sprintf("method %s not allowed on /health", r.Method))
+		return
+	}
+	writeJSON(w, http.StatusOK, struct{}{})
+}
+
+type dataHandler struct {
+	decider Decider
+	maxBody int64
+	logger  log.Logger
+}
+
+type dataRequest struct {
+	Input json.RawMessage `json:"input"`
+}
+
+type dataResponse struct {
+	Result     any    `json:"result"`
+	DecisionID string `json:"decision_id,omitempty"`
+}
+
+func (h *dataHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, codeInvalidOperation, fmt.Sprintf("method %s not allowed: decisions are POST /v1/data/{path}", r.Method))
+		return
+	}
+	path, err := documentPath(r.URL)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeInvalidParameter, err.Error())
+		return
+	}
+	input, status, err := readInput(w, r, h.maxBody)
+	if err != nil {
+		writeError(w, status, codeInvalidParameter, err.Error())
+		return
+	}
+	decision, err := h.decider.Decide(r.Context(), path, input)
+	var inputErr *authorizer.InputError
+	var unavailable *authorizer.UnavailableError
+	switch {
+	case errors.As(err, &inputErr):
+		writeError(w, http.StatusBadRequest, codeInvalidParameter, err.Error())
+	case errors.As(err, &unavailable):
+		// Never an allow: the caller gets an error it must treat as a refusal.
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeInternal, err.Error())
+	case err != nil:
+		level.Error(h.logger).Log("msg", "decision failed", "err", err)
+		writeError(w, http.StatusInternalServerError, codeInternal, err.Error())
+	case !decision.Defined:
+		// OPA's answer for an undefined document: 200 with no result.
+		writeJSON(w, http.StatusOK, struct{}{})
+	default:
+		writeJSON(w, http.StatusOK, dataResponse{Result: decision.Result, DecisionID: decision.ID})
+	}
+}
+
+// documentPath turns /v1/data/a/b/c into [a b c], each segment unescaped on its own so
+// an escaped slash stays inside its segment.
+func documentPath(u *url.URL) ([]string, error) {
+	rest := strings.TrimPrefix(u.EscapedPath(), "/v1/data")
+	rest = strings.Trim(rest, "/")
+	if rest == "" {
+		return nil, errors.New("a document path is required: POST /v1/data/{package}/{rule}")
+	}
+	parts := strings.Split(rest, "/")
+	for i, p := range parts {
+		seg, err := url.PathUnescape(p)
+		if err != nil || seg == "" {
+			return nil, fmt.Errorf("invalid document path %q", u.Path)
+		}
+		parts[i] = seg
+	}
+	return parts, nil
+}
+
+// readInput reads {"input": {...}} from a bounded body.
+func readInput(w http.ResponseWriter, r *http.Request, maxBody int64) (json.RawMessage, int, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", maxBody)
+		}
+		return nil, http.StatusBadRequest, fmt.Errorf("reading request body: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var req dataRequest
+	if err := dec.Decode(&req); err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("body is not valid JSON of the form {\"input\": {...}}: %w", err)
+	}
+	if dec.More() {
+		return nil, http.StatusBadRequest, errors.New("body has data after the JSON object")
+	}
+	if in := bytes.TrimSpace(req.Input); len(in) == 0 || in[0] != '{' {
+		return nil, http.StatusBadRequest, errors.New("input is required and must be a JSON object")
+	}
+	return req.Input, http.StatusOK, nil
+}
+
+type errorResponse struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	writeJSON(w, status, errorResponse{Code: code, Message: message})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(errorResponse{Code: codeInternal, Message: "encoding response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// NewInternal returns the handler of the internal listener: /live, /ready, /metrics and
+// /debug/pprof/. ready returns why the service cannot decide yet, or nil.
+func NewInternal(ready func(context.Context) error, gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/live", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
