@@ -52,6 +52,13 @@ type config struct {
 	kubeBurst      int
 	resync         time.Duration
 	shutdown       time.Duration
+
+	memcached             []string
+	memcachedExpire       int
+	memcachedInterval     int
+	memcachedTimeout      time.Duration
+	memcachedMaxIdleConns int
+	frontTTL              time.Duration
 }
 
 func parseFlags(args []string) (config, error) {
@@ -88,6 +95,12 @@ Flags:
 	fs.IntVar(&cfg.kubeBurst, "kube.burst", 100, "Burst of queries to the Kubernetes API.")
 	fs.DurationVar(&cfg.resync, "informer.resync", 10*time.Minute, "Resync period of the namespace and node informers.")
 	fs.DurationVar(&cfg.shutdown, "web.shutdown-timeout", 15*time.Second, "How long in-flight requests may take to finish on SIGTERM.")
+	fs.StringSliceVar(&cfg.memcached, "memcached", nil, "memcached server host:port to share reviews between replicas (repeatable; DNS names are re-resolved every --memcached.interval). Empty: in-process cache only.")
+	fs.IntVar(&cfg.memcachedExpire, "memcached.expire", 0, "Seconds an allowing review is kept in memcached; 0 uses --cache.allowed-ttl. Denials stay bounded by --cache.denied-ttl.")
+	fs.IntVar(&cfg.memcachedInterval, "memcached.interval", 10, "Seconds between DNS refreshes of the memcached servers; 0 resolves once.")
+	fs.DurationVar(&cfg.memcachedTimeout, "memcached.timeout", 500*time.Millisecond, "Longest wait for memcached; past it the review is asked live.")
+	fs.IntVar(&cfg.memcachedMaxIdleConns, "memcached.max-idle-conns", 16, "Idle connections kept per memcached server.")
+	fs.DurationVar(&cfg.frontTTL, "cache.front-ttl", 10*time.Second, "With memcached: how long a replica reuses a review from its in-process tier (never longer than the entry has left).")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -107,6 +120,12 @@ Flags:
 		return cfg, errors.New("--review.timeout must be positive")
 	case cfg.maxBodyBytes <= 0:
 		return cfg, errors.New("--web.max-body-bytes must be positive")
+	case cfg.memcachedExpire < 0 || cfg.memcachedInterval < 0:
+		return cfg, errors.New("--memcached.expire and --memcached.interval must not be negative")
+	case cfg.memcachedTimeout <= 0:
+		return cfg, errors.New("--memcached.timeout must be positive")
+	case cfg.frontTTL < 0:
+		return cfg, errors.New("--cache.front-ttl must not be negative")
 	case cfg.tenantLabel == "":
 		return cfg, errors.New("--tenant.label must not be empty")
 	}
@@ -137,6 +156,31 @@ func newLogger(lvl, format string) (log.Logger, error) {
 		return nil, fmt.Errorf("--log.level %q: want debug, info, warn or error", lvl)
 	}
 	return log.With(level.NewFilter(logger, opt), "ts", log.DefaultTimestampUTC, "caller", log.DefaultCaller), nil
+}
+
+// newReviewCache returns the in-process cache, or memcached behind a short in-process
+// tier when servers are configured, with the TTL of allowing reviews.
+func newReviewCache(ctx context.Context, cfg config, reg prometheus.Registerer, logger log.Logger) (cache.Cache, time.Duration, error) {
+	if len(cfg.memcached) == 0 {
+		return cache.NewMemory(cfg.cacheSize), cfg.allowedTTL, nil
+	}
+	metrics := cache.NewMetrics(reg)
+	mc, err := cache.NewMemcached(ctx, cache.MemcachedOptions{
+		Servers:         cfg.memcached,
+		Timeout:         cfg.memcachedTimeout,
+		MaxIdleConns:    cfg.memcachedMaxIdleConns,
+		RefreshInterval: time.Duration(cfg.memcachedInterval) * time.Second,
+		Logger:          logger,
+		Metrics:         metrics,
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("--memcached: %w", err)
+	}
+	allowedTTL := cfg.allowedTTL
+	if cfg.memcachedExpire > 0 {
+		allowedTTL = time.Duration(cfg.memcachedExpire) * time.Second
+	}
+	return cache.NewTiered(cache.NewMemory(cfg.cacheSize), cfg.frontTTL, mc, metrics), allowedTTL, nil
 }
 
 func main() {
@@ -182,8 +226,12 @@ func run(cfg config, logger log.Logger) error {
 
 	view := kube.NewClusterView(client, cfg.resync)
 	view.Start(ctx)
-	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client), cache.NewMemory(cfg.cacheSize),
-		authorizer.CachingReviewerOptions{AllowedTTL: cfg.allowedTTL, DeniedTTL: cfg.deniedTTL, Timeout: cfg.reviewTimeout, Metrics: metrics, Logger: logger})
+	reviewCache, allowedTTL, err := newReviewCache(ctx, cfg, registry, logger)
+	if err != nil {
+		return err
+	}
+	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client), reviewCache,
+		authorizer.CachingReviewerOptions{AllowedTTL: allowedTTL, DeniedTTL: cfg.deniedTTL, Timeout: cfg.reviewTimeout, Metrics: metrics, Logger: logger})
 	authz := authorizer.New(authorizer.Config{
 		Mappings: mappings, TenantLabel: cfg.tenantLabel, TrustInputUser: cfg.trustInputUser, NodeAccess: cfg.nodeAccess,
 	}, reviewer, view, evaluator, metrics, logger)

@@ -152,9 +152,10 @@ func (c *CachingReviewer) Review(ctx context.Context, spec authorizationv1.Subje
 func (c *CachingReviewer) lookup(ctx context.Context, key string) (ReviewResult, bool) {
 	b, ok, err := c.cache.Get(ctx, key)
 	if err != nil {
-		// A cache that cannot answer is bypassed: the review is asked live.
+		// A cache that cannot answer is bypassed: the review is asked live. The cache
+		// logs its own failures, rate-limited; one line per request would flood.
 		c.metrics.cacheErrors.WithLabelValues("get").Inc()
-		level.Warn(c.logger).Log("msg", "review cache read failed; asking the API", "err", err)
+		level.Debug(c.logger).Log("msg", "review cache read failed; asking the API", "err", err)
 		return ReviewResult{}, false
 	}
 	if !ok {
@@ -185,7 +186,7 @@ func (c *CachingReviewer) reviewAndStore(ctx context.Context, key string, spec a
 	}
 	if err := c.cache.Set(ctx, key, encodeReview(r), ttl); err != nil {
 		c.metrics.cacheErrors.WithLabelValues("set").Inc()
-		level.Warn(c.logger).Log("msg", "review cache write failed", "err", err)
+		level.Debug(c.logger).Log("msg", "review cache write failed", "err", err)
 	}
 	return r, nil
 }

@@ -1,0 +1,52 @@
+# sar-bridge: build, test and run. `make run` and `make test` do all set-up themselves.
+GO          ?= go
+BIN         := bin/sar-bridge
+CACHE_DIR   ?= $(HOME)/.cache/sar-bridge
+RUN_DIR     ?= $(CURDIR)/.cache/run
+E2E_TIMEOUT ?= 20m
+GO_SOURCES  := $(shell find . -name '*.go' -not -path './test/*' -not -path './.cache/*') go.mod go.sum \
+               $(wildcard policies/rego/*.rego)
+
+export SAR_BRIDGE_CACHE := $(CACHE_DIR)
+
+.PHONY: all build test unit e2e lint controlplane deps bench run fuzz clean help
+
+all: build
+
+help: ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+build: $(BIN) ## Build bin/sar-bridge.
+
+$(BIN): $(GO_SOURCES)
+	$(GO) build -trimpath -o $@ .
+
+deps: ## Install what the tests need (Debian packages), when missing.
+	@hack/deps.sh
+
+controlplane: ## Build kube-apiserver and etcd into $(CACHE_DIR)/bin (once).
+	@hack/controlplane.sh >/dev/null
+
+test: lint unit e2e ## Unit tests, then end-to-end tests against a real control plane.
+
+unit: ## Unit tests (with the race detector), Rego tests included.
+	$(GO) test -race -count=1 ./...
+
+e2e: build deps controlplane ## End-to-end tests: real kube-apiserver, etcd, memcached and the binary.
+	cd test && SAR_BRIDGE_BINARY=$(CURDIR)/$(BIN) SAR_BRIDGE_CONTROLPLANE_BIN=$(CACHE_DIR)/bin \
+		$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./...
+
+lint: ## gofmt and go vet, in both modules.
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	cd test && $(GO) vet ./...
+
+bench: ## Benchmarks of the decision path, the policy and the cache tiers.
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
+
+run: build controlplane ## A local control plane, example RBAC and the bridge on loopback.
+	cd test && $(GO) run ./cmd/local-cluster --bridge $(CURDIR)/$(BIN) --dir $(RUN_DIR)
+
+clean: ## Remove built binaries and local run state (not the control-plane cache).
+	rm -rf bin test/bin .cache

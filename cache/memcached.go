@@ -1,0 +1,460 @@
+package cache
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+)
+
+// Resolver looks up the addresses of a host name. *net.Resolver satisfies it.
+type Resolver interface {
+	LookupHost(ctx context.Context, host string) ([]string, error)
+}
+
+// MemcachedOptions configures a Memcached.
+type MemcachedOptions struct {
+	// Servers are host:port addresses; a DNS name stands for every address it resolves
+	// to (a headless Service, for instance).
+	Servers []string
+	// Timeout bounds connecting and each exchange with a server; 0 means gomemcache's
+	// default (500ms).
+	Timeout time.Duration
+	// MaxIdleConns is the idle connections kept per address; 0 means 16. Keep it above
+	// the usual number of concurrent look-ups, or connections are opened per request.
+	MaxIdleConns int
+	// RefreshInterval is how often names are resolved again; 0 resolves them once.
+	RefreshInterval time.Duration
+	// Resolver resolves names; nil means net.DefaultResolver.
+	Resolver Resolver
+	Logger   log.Logger
+	Metrics  *Metrics
+}
+
+const (
+	defaultMaxIdleConns = 16
+	dnsTimeout          = 5 * time.Second
+	// memcached reads an expiration above 30 days as a Unix timestamp.
+	maxMemcachedTTL = 30 * 24 * time.Hour
+	// hashedKeyPrefix marks keys replaced by their hash. Caller keys with this prefix are
+	// hashed too, so a caller key can never collide with the hash of another.
+	hashedKeyPrefix = "sarb-sha256:"
+)
+
+// Memcached is a Cache shared by replicas, kept in one or more memcached servers.
+// Errors (server down, timeout, server error) are returned, never reported as a hit.
+type Memcached struct {
+	client   *memcache.Client
+	servers  *memcache.ServerList
+	specs    []serverSpec
+	resolver Resolver
+	metrics  *Metrics
+	logger   log.Logger
+	limited  *limitedLogger
+
+	mu       sync.Mutex          // guards lastGood and current
+	lastGood map[string][]string // server spec -> its last successful resolution
+	current  []string            // addresses given to servers, sorted
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+type serverSpec struct {
+	raw, host, port string
+	ip              bool
+}
+
+// NewMemcached resolves opts.Servers and, when opts.RefreshInterval > 0, resolves them
+// again every interval until ctx ends or Close is called. It fails when no server
+// resolves; servers that fail are logged and retried at each refresh.
+func NewMemcached(ctx context.Context, opts MemcachedOptions) (*Memcached, error) {
+	if len(opts.Servers) == 0 {
+		return nil, errors.New("memcached: no servers given")
+	}
+	specs := make([]serverSpec, 0, len(opts.Servers))
+	for _, s := range opts.Servers {
+		spec, err := parseServer(s)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, spec)
+	}
+	if opts.Resolver == nil {
+		opts.Resolver = net.DefaultResolver
+	}
+	if opts.Logger == nil {
+		opts.Logger = log.NewNopLogger()
+	}
+	if opts.MaxIdleConns <= 0 {
+		opts.MaxIdleConns = defaultMaxIdleConns
+	}
+	servers := new(memcache.ServerList)
+	client := memcache.NewFromSelector(servers)
+	client.Timeout = opts.Timeout
+	client.MaxIdleConns = opts.MaxIdleConns
+	m := &Memcached{
+		client:   client,
+		servers:  servers,
+		specs:    specs,
+		resolver: opts.Resolver,
+		metrics:  opts.Metrics,
+		logger:   opts.Logger,
+		limited:  newLimitedLogger(opts.Logger, defaultLogEvery),
+		lastGood: make(map[string][]string),
+		done:     make(chan struct{}),
+	}
+
+	errs := m.resolve(ctx)
+	if len(m.addrs()) == 0 {
+		return nil, fmt.Errorf("memcached: no server could be resolved: %w", errors.Join(errs...))
+	}
+	for _, err := range errs {
+		level.Warn(m.logger).Log("msg", "memcached server not resolved; it is retried at each refresh", "err", err)
+	}
+
+	ctx, m.stop = context.WithCancel(ctx)
+	if opts.RefreshInterval <= 0 {
+		close(m.done)
+		return m, nil
+	}
+	go m.refreshLoop(ctx, opts.RefreshInterval)
+	return m, nil
+}
+
+func parseServer(s string) (serverSpec, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return serverSpec{}, fmt.Errorf("memcached server %q: want host:port: %w", s, err)
+	}
+	if host == "" {
+		return serverSpec{}, fmt.Errorf("memcached server %q: empty host", s)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return serverSpec{}, fmt.Errorf("memcached server %q: port must be a number from 1 to 65535", s)
+	}
+	_, err = netip.ParseAddr(host)
+	return serverSpec{raw: s, host: host, port: port, ip: err == nil}, nil
+}
+
+// Close stops the refresh and closes idle connections.
+func (m *Memcached) Close() error {
+	m.stop()
+	<-m.done
+	return m.client.Close()
+}
+
+func (m *Memcached) refreshLoop(ctx context.Context, every time.Duration) {
+	defer close(m.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, err := range m.resolve(ctx) {
+				if ctx.Err() != nil {
+					return
+				}
+				m.limited.warn("dns", "msg", "memcached server not resolved; keeping its last addresses", "err", err)
+			}
+		}
+	}
+}
+
+// resolve looks every server up and installs the union of their addresses. A server
+// that fails or resolves to nothing keeps its last good addresses, so a DNS hiccup
+// never empties the list. It returns the lookups that failed.
+func (m *Memcached) resolve(ctx context.Context) []error {
+	var errs []error
+	found := make(map[string][]string, len(m.specs))
+	for _, s := range m.specs {
+		addrs, err := m.lookup(ctx, s)
+		if err != nil && ctx.Err() != nil {
+			// Shutting down (or the caller gave up): not a DNS failure, change nothing.
+			return []error{fmt.Errorf("memcached server %q: %w", s.raw, ctx.Err())}
+		}
+		if err != nil {
+			m.metrics.dnsError()
+			errs = append(errs, err)
+			continue
+		}
+		found[s.raw] = addrs
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, v := range found {
+		m.lastGood[k] = v
+	}
+	var all []string
+	for _, v := range m.lastGood {
+		all = append(all, v...)
+	}
+	// Every replica must order the list alike: the server of a key is picked by index.
+	slices.Sort(all)
+	all = slices.Compact(all)
+	if len(all) == 0 || slices.Equal(all, m.current) {
+		return errs
+	}
+	if err := m.servers.SetServers(all...); err != nil {
+		// Addresses are IP literals, so this is not expected; keep the old list.
+		return append(errs, fmt.Errorf("memcached: setting servers %v: %w", all, err))
+	}
+	if m.current != nil {
+		level.Info(m.logger).Log("msg", "memcached servers changed", "old", strings.Join(m.current, ","), "new", strings.Join(all, ","))
+		// Drop idle connections, including those to addresses no longer listed.
+		_ = m.client.Close()
+	}
+	m.current = all
+	m.metrics.setServers(len(all))
+	return errs
+}
+
+func (m *Memcached) lookup(ctx context.Context, s serverSpec) ([]string, error) {
+	if s.ip {
+		return []string{net.JoinHostPort(s.host, s.port)}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, dnsTimeout)
+	defer cancel()
+	hosts, err := m.resolver.LookupHost(ctx, s.host)
+	if err != nil {
+		return nil, fmt.Errorf("memcached server %q: %w", s.raw, err)
+	}
+	// A dual-stack name is one host twice: use one family, or every key would hash
+	// between two addresses of which one may not listen (localhost on 127.0.0.1 only).
+	var v4, v6 []string
+	for _, h := range hosts {
+		ip, err := netip.ParseAddr(h)
+		if err != nil {
+			continue
+		}
+		ip = ip.Unmap()
+		if ip.Is4() {
+			v4 = append(v4, net.JoinHostPort(ip.String(), s.port))
+		} else {
+			v6 = append(v6, net.JoinHostPort(ip.String(), s.port))
+		}
+	}
+	if len(v4) > 0 {
+		return v4, nil
+	}
+	if len(v6) > 0 {
+		return v6, nil
+	}
+	return nil, fmt.Errorf("memcached server %q: resolved to no address", s.raw)
+}
+
+// addrs returns the addresses in use.
+func (m *Memcached) addrs() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.current)
+}
+
+// Get returns the value under key if it has not expired.
+func (m *Memcached) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	v, _, ok, err := m.GetWithTTL(ctx, key)
+	return v, ok, err
+}
+
+// GetWithTTL is Get that also returns how long the value has left to live.
+func (m *Memcached) GetWithTTL(ctx context.Context, key string) (value []byte, remaining time.Duration, ok bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, false, fmt.Errorf("memcached get: %w", err)
+	}
+	start := time.Now()
+	var item *memcache.Item
+	err = m.do(func() (err error) {
+		item, err = m.client.Get(memcachedKey(key))
+		return err
+	})
+	if errors.Is(err, memcache.ErrCacheMiss) {
+		m.metrics.observeGet(tierMemcached, resultMiss, start)
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		m.metrics.observeGet(tierMemcached, resultError, start)
+		m.limited.warn("get", "msg", "memcached get failed; reviews are asked live", "err", err)
+		return nil, 0, false, fmt.Errorf("memcached get: %w", err)
+	}
+	value, expiry, ok := decodeValue(item.Value)
+	if !ok {
+		// Another version or writer: a miss, and the next Set replaces it.
+		m.metrics.observeGet(tierMemcached, resultMiss, start)
+		m.limited.debug("decode", "msg", "memcached value not understood; treated as a miss", "len", len(item.Value))
+		return nil, 0, false, nil
+	}
+	remaining = time.Until(expiry)
+	if remaining <= 0 {
+		// memcached rounds expirations up to whole seconds; the header is exact.
+		m.metrics.observeGet(tierMemcached, resultMiss, start)
+		return nil, 0, false, nil
+	}
+	m.metrics.observeGet(tierMemcached, resultHit, start)
+	return value, remaining, true, nil
+}
+
+// Set stores value under key for ttl (at most 30 days); a non-positive ttl stores nothing.
+func (m *Memcached) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	if ttl <= 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memcached set: %w", err)
+	}
+	ttl = min(ttl, maxMemcachedTTL)
+	item := &memcache.Item{
+		Key:        memcachedKey(key),
+		Value:      encodeValue(value, time.Now().Add(ttl)),
+		Expiration: expirationSeconds(ttl),
+	}
+	err := m.do(func() error { return m.client.Set(item) })
+	m.metrics.observeSet(tierMemcached, err)
+	if err != nil {
+		m.limited.warn("set", "msg", "memcached set failed; reviews are asked live", "err", err)
+		return fmt.Errorf("memcached set: %w", err)
+	}
+	return nil
+}
+
+// do runs op, and once more after a failure on a pooled connection the server had
+// closed (it restarted, or dropped an idle connection). The idle pool is emptied first:
+// its other connections are most likely dead too, and each would cost a failed request.
+// Refused connections and timeouts are not retried, so a server down costs at most
+// about one Timeout.
+func (m *Memcached) do(op func() error) error {
+	err := op()
+	if err != nil && staleConn(err) {
+		_ = m.client.Close()
+		err = op()
+	}
+	return err
+}
+
+func staleConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// expirationSeconds rounds ttl up to whole seconds within what memcached reads as relative.
+func expirationSeconds(ttl time.Duration) int32 {
+	s := (ttl + time.Second - 1) / time.Second
+	return int32(min(max(s, 1), maxMemcachedTTL/time.Second))
+}
+
+// memcachedKey returns key when memcached accepts it, otherwise a hash of it.
+func memcachedKey(key string) string {
+	if validMemcachedKey(key) && !strings.HasPrefix(key, hashedKeyPrefix) {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hashedKeyPrefix + hex.EncodeToString(sum[:])
+}
+
+func validMemcachedKey(key string) bool {
+	if len(key) == 0 || len(key) > 250 {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] <= ' ' || key[i] == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// Stored values are: format version (1 byte), expiry in Unix nanoseconds (8 bytes,
+// big endian), CRC-32C of everything else (4 bytes), then the caller's value. The
+// checksum turns a truncated or foreign value into a miss instead of a wrong answer.
+const (
+	valueFormat     = 1
+	valueHeaderSize = 1 + 8 + 4
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+func encodeValue(value []byte, expiry time.Time) []byte {
+	b := make([]byte, valueHeaderSize+len(value))
+	b[0] = valueFormat
+	binary.BigEndian.PutUint64(b[1:9], uint64(expiry.UnixNano()))
+	copy(b[valueHeaderSize:], value)
+	binary.BigEndian.PutUint32(b[9:13], valueChecksum(b))
+	return b
+}
+
+func decodeValue(b []byte) (value []byte, expiry time.Time, ok bool) {
+	if len(b) < valueHeaderSize || b[0] != valueFormat {
+		return nil, time.Time{}, false
+	}
+	if binary.BigEndian.Uint32(b[9:13]) != valueChecksum(b) {
+		return nil, time.Time{}, false
+	}
+	return b[valueHeaderSize:], time.Unix(0, int64(binary.BigEndian.Uint64(b[1:9]))), true
+}
+
+func valueChecksum(b []byte) uint32 {
+	crc := crc32.Update(0, crcTable, b[:9])
+	return crc32.Update(crc, crcTable, b[valueHeaderSize:])
+}
+
+const defaultLogEvery = 10 * time.Second
+
+// limitedLogger logs at most one line per kind per interval, so an outage costs a few
+// lines rather than one per request; the next line says how many were dropped.
+type limitedLogger struct {
+	logger log.Logger
+	every  time.Duration
+
+	mu         sync.Mutex
+	next       map[string]time.Time
+	suppressed map[string]int
+}
+
+func newLimitedLogger(logger log.Logger, every time.Duration) *limitedLogger {
+	return &limitedLogger{logger: logger, every: every, next: make(map[string]time.Time), suppressed: make(map[string]int)}
+}
+
+func (l *limitedLogger) warn(kind string, keyvals ...any) bool {
+	return l.log(level.Warn(l.logger), kind, keyvals)
+}
+
+func (l *limitedLogger) debug(kind string, keyvals ...any) bool {
+	return l.log(level.Debug(l.logger), kind, keyvals)
+}
+
+func (l *limitedLogger) log(logger log.Logger, kind string, keyvals []any) bool {
+	now := time.Now()
+	l.mu.Lock()
+	if now.Before(l.next[kind]) {
+		l.suppressed[kind]++
+		l.mu.Unlock()
+		return false
+	}
+	l.next[kind] = now.Add(l.every)
+	n := l.suppressed[kind]
+	l.suppressed[kind] = 0
+	l.mu.Unlock()
+	if n > 0 {
+		keyvals = append(keyvals, "suppressed", n)
+	}
+	_ = logger.Log(keyvals...)
+	return true
+}
