@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +61,26 @@ type config struct {
 	memcachedTimeout      time.Duration
 	memcachedMaxIdleConns int
 	frontTTL              time.Duration
+
+	openshift       authorizer.OpenShiftConfig
+	opaPackage      string
+	opaRule         string
+	opaMatcher      string
+	opaSkipTenants  string
+	opaAdminGroups  string
+	healthchecksURL string
+	debugName       string
+}
+
+// Names in opa-openshift's own validation: a Rego package and rule.
+var (
+	opaPackagePattern = regexp.MustCompile(`^[_A-Za-z]\w*(\.[_A-Za-z]\w*)*$`)
+	opaRulePattern    = regexp.MustCompile(`^[_A-Za-z]\w*$`)
+)
+
+// unsupportedFlags are opa-openshift flags sar-bridge refuses rather than ignores.
+var unsupportedFlags = map[string]string{
+	"debug.token": "a fallback token would let any caller without a token act as its bearer",
 }
 
 func parseFlags(args []string) (config, error) {
@@ -75,7 +97,7 @@ Usage: sar-bridge [flags]
 Flags:
 %s`, fs.FlagUsages())
 	}
-	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file; empty uses the in-cluster service account.")
+	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file; empty uses $KUBECONFIG, else the in-cluster service account.")
 	fs.StringSliceVar(&cfg.mappingPairs, "openshift.mappings", nil, "Tenant to API group mapping, tenant=group (repeatable or comma-separated); tenant \"*\" is the fallback for unmapped tenants.")
 	fs.StringVar(&cfg.tenantLabel, "tenant.label", "interlink.io/tenant", "Namespace (and node) label naming the tenant; a namespace without it is its own tenant.")
 	fs.StringVar(&cfg.policyDir, "policies", "", "Directory of .rego files that extend the embedded policy; a file named like an embedded one replaces it.")
@@ -101,11 +123,34 @@ Flags:
 	fs.DurationVar(&cfg.memcachedTimeout, "memcached.timeout", 500*time.Millisecond, "Longest wait for memcached; past it the review is asked live.")
 	fs.IntVar(&cfg.memcachedMaxIdleConns, "memcached.max-idle-conns", 16, "Idle connections kept per memcached server.")
 	fs.DurationVar(&cfg.frontTTL, "cache.front-ttl", 10*time.Second, "With memcached: how long a replica reuses a review from its in-process tier (never longer than the entry has left).")
+	fs.StringVar(&cfg.kubeconfig, "openshift.kubeconfig", "", "Alias of --kubeconfig (opa-openshift's name).")
+	fs.StringVar(&cfg.opaPackage, "opa.package", "", "opa-openshift compatibility: Rego package whose --opa.rule answers opa-openshift's request shape, e.g. lokistack (served at /v1/data/lokistack/allow). Empty: not served.")
+	fs.StringVar(&cfg.opaRule, "opa.rule", "allow", "opa-openshift compatibility: the rule of --opa.package.")
+	fs.StringVar(&cfg.opaMatcher, "opa.matcher", "", "opa-openshift compatibility: comma-separated label names; read answers then carry a matcher listing the namespaces the subject may read.")
+	fs.StringVar(&cfg.openshift.MatcherOp, "opa.matcher-op", "", "opa-openshift compatibility: matcherOp of the answer (and|or); empty leaves it out.")
+	fs.StringVar(&cfg.opaSkipTenants, "opa.skip-tenants", "", "opa-openshift compatibility: comma-separated tenants answered without a matcher.")
+	fs.StringVar(&cfg.opaAdminGroups, "opa.admin-groups", "", "opa-openshift compatibility: comma-separated groups whose members get no matcher.")
+	fs.BoolVar(&cfg.openshift.SSAR, "opa.ssar", false, "opa-openshift compatibility: review with the caller's X-Forwarded-Access-Token (SelfSubjectAccessReview) instead of the body's subject and groups.")
+	fs.BoolVar(&cfg.openshift.ViaQToOTelMigration, "opa.viaq-to-otel-migration", false, "opa-openshift compatibility: --opa.matcher names both kubernetes_namespace_name and k8s_namespace_name; each request keeps the one its selectors use.")
+	fs.StringVar(&cfg.healthchecksURL, "web.healthchecks.url", "", "URL /live probes (any HTTP answer passes), e.g. http://localhost:8080 to check the public listener. Empty: no probe.")
+	fs.StringVar(&cfg.debugName, "debug.name", "", "Name added to every log line (name=...).")
+	for name, why := range unsupportedFlags {
+		fs.String(name, "", "Not supported: "+why+".")
+		_ = fs.MarkHidden(name)
+	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	for name, why := range unsupportedFlags {
+		if fs.Changed(name) {
+			return cfg, fmt.Errorf("--%s is not supported by sar-bridge: %s", name, why)
+		}
+	}
+	if err := cfg.parseOpenShift(); err != nil {
+		return cfg, err
 	}
 	var err error
 	if cfg.mappings, err = mapping.Parse(cfg.mappingPairs); err != nil {
@@ -130,6 +175,58 @@ Flags:
 		return cfg, errors.New("--tenant.label must not be empty")
 	}
 	return cfg, nil
+}
+
+// parseOpenShift turns the opa.* flags into the opa-openshift compatibility settings.
+func (cfg *config) parseOpenShift() error {
+	switch {
+	case cfg.opaPackage != "" && !opaPackagePattern.MatchString(cfg.opaPackage):
+		return fmt.Errorf("--opa.package %q is not a Rego package name", cfg.opaPackage)
+	case !opaRulePattern.MatchString(cfg.opaRule):
+		return fmt.Errorf("--opa.rule %q is not a Rego rule name", cfg.opaRule)
+	case cfg.opaPackage == "" && (cfg.opaMatcher != "" || cfg.openshift.SSAR || cfg.opaSkipTenants != "" || cfg.opaAdminGroups != ""):
+		return errors.New("--opa.matcher, --opa.ssar, --opa.skip-tenants and --opa.admin-groups need --opa.package")
+	}
+	if cfg.opaPackage != "" {
+		cfg.openshift.Path = append(strings.Split(cfg.opaPackage, "."), cfg.opaRule)
+	}
+	cfg.openshift.Matchers = splitList(cfg.opaMatcher)
+	cfg.openshift.SkipTenants = splitList(cfg.opaSkipTenants)
+	cfg.openshift.AdminGroups = splitList(cfg.opaAdminGroups)
+	if cfg.openshift.ViaQToOTelMigration && (!slices.Contains(cfg.openshift.Matchers, "kubernetes_namespace_name") || !slices.Contains(cfg.openshift.Matchers, "k8s_namespace_name")) {
+		return errors.New("--opa.viaq-to-otel-migration needs --opa.matcher to name both kubernetes_namespace_name and k8s_namespace_name")
+	}
+	return nil
+}
+
+// healthcheck probes url for /live when it is set: the listener behind it answers.
+func healthcheck(url string) func(context.Context) error {
+	if url == "" {
+		return nil
+	}
+	client := &http.Client{Timeout: time.Second}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return fmt.Errorf("health check %s: %w", url, err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("health check %s: %w", url, err)
+		}
+		return resp.Body.Close()
+	}
+}
+
+// splitList splits a comma-separated flag value, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func newLogger(lvl, format string) (log.Logger, error) {
@@ -197,6 +294,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "sar-bridge: %v\n", err)
 		os.Exit(2)
 	}
+	if cfg.kubeconfig == "" {
+		cfg.kubeconfig = os.Getenv("KUBECONFIG") // as kubectl and opa-openshift do
+	}
+	if cfg.debugName != "" {
+		logger = log.With(logger, "name", cfg.debugName)
+	}
 	if err := run(cfg, logger); err != nil {
 		level.Error(logger).Log("msg", "exiting", "err", err)
 		os.Exit(1)
@@ -215,7 +318,7 @@ func run(cfg config, logger log.Logger) error {
 	if err != nil {
 		return fmt.Errorf("loading policies: %w", err)
 	}
-	client, err := kube.NewClient(kube.ClientOptions{Kubeconfig: cfg.kubeconfig, QPS: cfg.kubeQPS, Burst: cfg.kubeBurst, UserAgent: "sar-bridge"})
+	client, restConfig, err := kube.NewClient(kube.ClientOptions{Kubeconfig: cfg.kubeconfig, QPS: cfg.kubeQPS, Burst: cfg.kubeBurst, UserAgent: "sar-bridge"})
 	if err != nil {
 		return err
 	}
@@ -230,11 +333,17 @@ func run(cfg config, logger log.Logger) error {
 	if err != nil {
 		return err
 	}
-	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client), reviewCache,
+	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff), reviewCache,
 		authorizer.CachingReviewerOptions{AllowedTTL: allowedTTL, DeniedTTL: cfg.deniedTTL, Timeout: cfg.reviewTimeout, Metrics: metrics, Logger: logger})
 	authz := authorizer.New(authorizer.Config{
 		Mappings: mappings, TenantLabel: cfg.tenantLabel, TrustInputUser: cfg.trustInputUser, NodeAccess: cfg.nodeAccess,
 	}, reviewer, view, evaluator, metrics, logger)
+
+	if cfg.openshift.Path != nil {
+		authz.EnableOpenShift(cfg.openshift, view, func(token string) (authorizer.Reviewer, error) {
+			return kube.NewSelfSubjectAccessReviewer(restConfig, token, kube.DefaultRetryBackoff)
+		})
+	}
 
 	ready := func(ctx context.Context) error {
 		if !view.Synced() {
@@ -253,7 +362,7 @@ func run(cfg config, logger log.Logger) error {
 	}
 	internal := &http.Server{
 		Addr:              cfg.internalListen,
-		Handler:           server.NewInternal(ready, registry),
+		Handler:           server.NewInternal(healthcheck(cfg.healthchecksURL), ready, registry),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 

@@ -79,6 +79,7 @@ type Authorizer struct {
 	evaluator Evaluator
 	metrics   *Metrics
 	logger    log.Logger
+	openshift *openshiftMode // nil: opa-openshift requests are not served
 }
 
 // New returns an Authorizer.
@@ -112,6 +113,9 @@ type podRequest struct {
 
 // Decide answers the policy document at path for a pod decision's raw input.
 func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.RawMessage) (Decision, error) {
+	if a.openshift.serves(path, rawInput) {
+		return a.decideOpenShift(ctx, rawInput)
+	}
 	start := time.Now()
 	d := Decision{ID: uuid.NewString()}
 	logFields := []any{"decision_id", d.ID, "path", strings.Join(path, "/")}

@@ -122,6 +122,16 @@ func NewCachingReviewer(reviewer Reviewer, c cache.Cache, opts CachingReviewerOp
 // Review answers from the cache when it can; otherwise one API call serves every
 // concurrent caller with the same spec. hit reports whether the cache answered.
 func (c *CachingReviewer) Review(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (result ReviewResult, hit bool, err error) {
+	return c.ReviewWith(ctx, c.reviewer, spec)
+}
+
+// ReviewWith is Review with another reviewer behind the cache, e.g. one that holds a
+// caller's token. The spec must then say whose review it is (the token's hash in Extra),
+// since the key is derived from the spec alone.
+func (c *CachingReviewer) ReviewWith(ctx context.Context, reviewer Reviewer, spec authorizationv1.SubjectAccessReviewSpec) (result ReviewResult, hit bool, err error) {
+	if reviewer == nil {
+		reviewer = c.reviewer
+	}
 	key, err := ReviewKey(spec)
 	if err != nil {
 		return ReviewResult{}, false, err
@@ -136,7 +146,7 @@ func (c *CachingReviewer) Review(ctx context.Context, spec authorizationv1.Subje
 		// The shared call outlives any one waiter that gives up, but not the timeout.
 		callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 		defer cancel()
-		return c.reviewAndStore(callCtx, key, spec)
+		return c.reviewAndStore(callCtx, reviewer, key, spec)
 	})
 	select {
 	case res := <-ch:
@@ -165,9 +175,9 @@ func (c *CachingReviewer) lookup(ctx context.Context, key string) (ReviewResult,
 	return r, ok
 }
 
-func (c *CachingReviewer) reviewAndStore(ctx context.Context, key string, spec authorizationv1.SubjectAccessReviewSpec) (ReviewResult, error) {
+func (c *CachingReviewer) reviewAndStore(ctx context.Context, reviewer Reviewer, key string, spec authorizationv1.SubjectAccessReviewSpec) (ReviewResult, error) {
 	start := time.Now()
-	status, err := c.reviewer.Review(ctx, spec)
+	status, err := reviewer.Review(ctx, spec)
 	c.metrics.reviewDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		c.metrics.reviews.WithLabelValues("error").Inc()

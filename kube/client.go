@@ -4,12 +4,18 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -23,8 +29,8 @@ type ClientOptions struct {
 }
 
 // NewClient builds a clientset from a kubeconfig file, or from the in-cluster service
-// account when no file is given.
-func NewClient(opts ClientOptions) (kubernetes.Interface, error) {
+// account when no file is given, and returns the configuration it was built from.
+func NewClient(opts ClientOptions) (kubernetes.Interface, *rest.Config, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -35,7 +41,7 @@ func NewClient(opts ClientOptions) (kubernetes.Interface, error) {
 		cfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("loading Kubernetes client configuration (kubeconfig %q): %w", opts.Kubeconfig, err)
+		return nil, nil, fmt.Errorf("loading Kubernetes client configuration (kubeconfig %q): %w", opts.Kubeconfig, err)
 	}
 	if opts.QPS > 0 {
 		cfg.QPS = opts.QPS
@@ -48,29 +54,82 @@ func NewClient(opts ClientOptions) (kubernetes.Interface, error) {
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("creating Kubernetes client: %w", err)
+		return nil, nil, fmt.Errorf("creating Kubernetes client: %w", err)
 	}
-	return client, nil
+	return client, cfg, nil
 }
 
 // SubjectAccessReviewer asks the Kubernetes API whether a subject may do something.
 type SubjectAccessReviewer struct {
-	client kubernetes.Interface
+	client  kubernetes.Interface
+	backoff wait.Backoff
 }
 
-// NewSubjectAccessReviewer returns a reviewer that sends SubjectAccessReviews with client.
-func NewSubjectAccessReviewer(client kubernetes.Interface) *SubjectAccessReviewer {
-	return &SubjectAccessReviewer{client: client}
+// DefaultRetryBackoff retries a transient failure a few times within well under a second,
+// so a blip (an API server restarting behind a Service) does not fail a decision while a
+// real outage still answers quickly.
+var DefaultRetryBackoff = wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 4, Cap: time.Second}
+
+// NewSubjectAccessReviewer returns a reviewer that sends SubjectAccessReviews with client,
+// retrying transient failures with backoff.
+func NewSubjectAccessReviewer(client kubernetes.Interface, backoff wait.Backoff) *SubjectAccessReviewer {
+	return &SubjectAccessReviewer{client: client, backoff: backoff}
 }
 
-// Review sends one SubjectAccessReview and returns the API's verdict.
+// Review sends a SubjectAccessReview and returns the API's verdict. Transient failures
+// are retried while ctx allows; the last error is returned.
 func (r *SubjectAccessReviewer) Review(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error) {
 	sar := &authorizationv1.SubjectAccessReview{Spec: spec}
-	got, err := r.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	return withRetries(ctx, r.backoff, func(ctx context.Context) (authorizationv1.SubjectAccessReviewStatus, error) {
+		got, err := r.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			return authorizationv1.SubjectAccessReviewStatus{}, err
+		}
+		return got.Status, nil
+	})
+}
+
+// withRetries calls review until it succeeds, fails for good, or backoff or ctx run out;
+// then the last error is returned.
+func withRetries(ctx context.Context, backoff wait.Backoff, review func(context.Context) (authorizationv1.SubjectAccessReviewStatus, error)) (authorizationv1.SubjectAccessReviewStatus, error) {
+	var (
+		status  authorizationv1.SubjectAccessReviewStatus
+		lastErr error
+	)
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		got, err := review(ctx)
+		switch {
+		case err == nil:
+			status = got
+			return true, nil
+		case transient(err):
+			lastErr = err
+			return false, nil
+		default:
+			return false, err
+		}
+	})
 	if err != nil {
-		return authorizationv1.SubjectAccessReviewStatus{}, err
+		if lastErr != nil && (wait.Interrupted(err) || ctx.Err() != nil) {
+			return status, lastErr
+		}
+		return status, err
 	}
-	return got.Status, nil
+	return status, nil
+}
+
+// transient reports whether a retry may succeed: the API was unreachable, overloaded or
+// timed out. Anything else (forbidden, invalid) will fail the same way again.
+func transient(err error) bool {
+	if apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	return utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
 }
 
 // CheckReachable asks the API server's /readyz, which every authenticated client may
@@ -90,4 +149,38 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// SelfSubjectAccessReviewer asks the Kubernetes API what the bearer of a token may do,
+// with that token as the only credential (opa-openshift's --opa.ssar).
+type SelfSubjectAccessReviewer struct {
+	client  authorizationv1client.SelfSubjectAccessReviewInterface
+	backoff wait.Backoff
+}
+
+// NewSelfSubjectAccessReviewer returns a reviewer for the bearer of token. base provides
+// the server address and CA only; the bridge's own credentials are dropped.
+func NewSelfSubjectAccessReviewer(base *rest.Config, token string, backoff wait.Backoff) (*SelfSubjectAccessReviewer, error) {
+	cfg := rest.AnonymousClientConfig(base)
+	cfg.BearerToken = token
+	client, err := authorizationv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating a client for the forwarded access token: %w", err)
+	}
+	return &SelfSubjectAccessReviewer{client: client.SelfSubjectAccessReviews(), backoff: backoff}, nil
+}
+
+// Review sends a SelfSubjectAccessReview with the spec's attributes; the spec's user,
+// groups and extra are ignored, since the token is the identity.
+func (r *SelfSubjectAccessReviewer) Review(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error) {
+	ssar := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: spec.ResourceAttributes, NonResourceAttributes: spec.NonResourceAttributes,
+	}}
+	return withRetries(ctx, r.backoff, func(ctx context.Context) (authorizationv1.SubjectAccessReviewStatus, error) {
+		got, err := r.client.Create(ctx, ssar, metav1.CreateOptions{})
+		if err != nil {
+			return authorizationv1.SubjectAccessReviewStatus{}, err
+		}
+		return got.Status, nil
+	})
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
@@ -98,4 +100,18 @@ func dropManagedFields(obj any) (any, error) {
 		accessor.GetObjectMeta().SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// NamespaceNames lists the names of every namespace in the informer cache, sorted.
+func (v *ClusterView) NamespaceNames() ([]string, error) {
+	list, err := v.namespaces.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("listing namespaces from cache: %w", err)
+	}
+	names := make([]string, 0, len(list))
+	for _, ns := range list {
+		names = append(names, ns.Name)
+	}
+	sort.Strings(names)
+	return names, nil
 }

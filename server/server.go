@@ -33,7 +33,12 @@ const (
 	codeInvalidOperation = "invalid_operation"
 	codeNotFound         = "resource_not_found"
 	codeInternal         = "internal_error"
+	codeUnauthorized     = "unauthorized"
 )
+
+// forwardedTokenHeader carries the end user's token from observatorium's gateway, for
+// opa-openshift's --opa.ssar mode.
+const forwardedTokenHeader = "X-Forwarded-Access-Token"
 
 // DefaultMaxBodyBytes bounds a request body: a pod is a few KiB, so 1 MiB is generous.
 const DefaultMaxBodyBytes = 1 << 20
@@ -128,12 +133,21 @@ func (h *dataHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, codeInvalidParameter, err.Error())
 		return
 	}
-	decision, err := h.decider.Decide(r.Context(), path, input)
-	var inputErr *authorizer.InputError
-	var unavailable *authorizer.UnavailableError
+	ctx := r.Context()
+	if token := r.Header.Get(forwardedTokenHeader); token != "" {
+		ctx = authorizer.WithAccessToken(ctx, token)
+	}
+	decision, err := h.decider.Decide(ctx, path, input)
+	var (
+		inputErr        *authorizer.InputError
+		unauthenticated *authorizer.UnauthenticatedError
+		unavailable     *authorizer.UnavailableError
+	)
 	switch {
 	case errors.As(err, &inputErr):
 		writeError(w, http.StatusBadRequest, codeInvalidParameter, err.Error())
+	case errors.As(err, &unauthenticated):
+		writeError(w, http.StatusUnauthorized, codeUnauthorized, err.Error())
 	case errors.As(err, &unavailable):
 		// Never an allow: the caller gets an error it must treat as a refusal.
 		w.Header().Set("Retry-After", "1")
@@ -213,19 +227,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // NewInternal returns the handler of the internal listener: /live, /ready, /metrics and
-// /debug/pprof/. ready returns why the service cannot decide yet, or nil.
-func NewInternal(ready func(context.Context) error, gatherer prometheus.Gatherer) http.Handler {
+// /debug/pprof/. live and ready return why the service is not alive or cannot decide
+// yet, or nil.
+func NewInternal(live, ready func(context.Context) error, gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/live", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
-		if err := ready(r.Context()); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	})
+	mux.HandleFunc("/live", probe("not alive", live))
+	mux.HandleFunc("/ready", probe("not ready", ready))
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -233,4 +240,16 @@ func NewInternal(ready func(context.Context) error, gatherer prometheus.Gatherer
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+func probe(failure string, check func(context.Context) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if check != nil {
+			if err := check(r.Context()); err != nil {
+				http.Error(w, failure+": "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	}
 }

@@ -128,7 +128,7 @@ sar_bridge_http_requests_total{code="405",path="/v1/data"} 2
 
 func TestInternal(t *testing.T) {
 	var notReady error = errors.New("informers not synced")
-	h := NewInternal(func(context.Context) error { return notReady }, prometheus.NewRegistry())
+	h := NewInternal(nil, func(context.Context) error { return notReady }, prometheus.NewRegistry())
 	tests := []struct {
 		path       string
 		wantStatus int
