@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,13 +48,15 @@ type config struct {
 	allowedTTL     time.Duration
 	deniedTTL      time.Duration
 	cacheSize      int
-	trustInputUser bool
 	nodeAccess     bool
 	reviewTimeout  time.Duration
 	kubeQPS        float32
 	kubeBurst      int
 	resync         time.Duration
 	shutdown       time.Duration
+	shutdownDelay  time.Duration
+	requestTimeout time.Duration
+	maxInFlight    int
 
 	memcached             []string
 	memcachedExpire       int
@@ -110,13 +113,15 @@ Flags:
 	fs.DurationVar(&cfg.allowedTTL, "cache.allowed-ttl", 5*time.Minute, "How long an allowing review is reused; a removed RoleBinding is seen within this time.")
 	fs.DurationVar(&cfg.deniedTTL, "cache.denied-ttl", 30*time.Second, "How long a denying review is reused; a new RoleBinding is seen within this time.")
 	fs.IntVar(&cfg.cacheSize, "cache.size", 10000, "Most reviews kept in the in-process cache (least recently used go first).")
-	fs.BoolVar(&cfg.trustInputUser, "trust-input-user", false, "Review input.user instead of the pod's service account. Only for callers trusted to assert identities.")
 	fs.BoolVar(&cfg.nodeAccess, "review.node-access", false, "Also require \"use\" on \"nodes\" in the tenant's group, named after the target virtual node.")
 	fs.DurationVar(&cfg.reviewTimeout, "review.timeout", 5*time.Second, "Longest wait for one SubjectAccessReview; past it the decision is a 503, never an allow.")
 	fs.Float32Var(&cfg.kubeQPS, "kube.qps", 50, "Queries per second to the Kubernetes API.")
 	fs.IntVar(&cfg.kubeBurst, "kube.burst", 100, "Burst of queries to the Kubernetes API.")
 	fs.DurationVar(&cfg.resync, "informer.resync", 10*time.Minute, "Resync period of the namespace and node informers.")
 	fs.DurationVar(&cfg.shutdown, "web.shutdown-timeout", 15*time.Second, "How long in-flight requests may take to finish on SIGTERM.")
+	fs.DurationVar(&cfg.shutdownDelay, "web.shutdown-delay", 0, "On SIGTERM, how long /ready reports false while still serving, so load balancers stop sending first.")
+	fs.DurationVar(&cfg.requestTimeout, "web.request-timeout", 10*time.Second, "Deadline of one decision (reviews and policy); past it the answer is a 503.")
+	fs.IntVar(&cfg.maxInFlight, "review.max-in-flight", 64, "Most reviews sent to the Kubernetes API at once; more wait within their deadline, then get a 503. 0: no cap.")
 	fs.StringSliceVar(&cfg.memcached, "memcached", nil, "memcached server host:port to share reviews between replicas (repeatable; DNS names are re-resolved every --memcached.interval). Empty: in-process cache only.")
 	fs.IntVar(&cfg.memcachedExpire, "memcached.expire", 0, "Seconds an allowing review is kept in memcached; 0 uses --cache.allowed-ttl. Denials stay bounded by --cache.denied-ttl.")
 	fs.IntVar(&cfg.memcachedInterval, "memcached.interval", 10, "Seconds between DNS refreshes of the memcached servers; 0 resolves once.")
@@ -161,6 +166,8 @@ Flags:
 		return cfg, errors.New("--cache.allowed-ttl and --cache.denied-ttl must not be negative")
 	case cfg.cacheSize < 1:
 		return cfg, errors.New("--cache.size must be at least 1")
+	case cfg.maxInFlight < 0 || cfg.requestTimeout < 0 || cfg.shutdownDelay < 0:
+		return cfg, errors.New("--review.max-in-flight, --web.request-timeout and --web.shutdown-delay must not be negative")
 	case cfg.reviewTimeout <= 0:
 		return cfg, errors.New("--review.timeout must be positive")
 	case cfg.maxBodyBytes <= 0:
@@ -334,9 +341,9 @@ func run(cfg config, logger log.Logger) error {
 		return err
 	}
 	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff), reviewCache,
-		authorizer.CachingReviewerOptions{AllowedTTL: allowedTTL, DeniedTTL: cfg.deniedTTL, Timeout: cfg.reviewTimeout, Metrics: metrics, Logger: logger})
+		authorizer.CachingReviewerOptions{AllowedTTL: allowedTTL, DeniedTTL: cfg.deniedTTL, Timeout: cfg.reviewTimeout, MaxInFlight: cfg.maxInFlight, Metrics: metrics, Logger: logger})
 	authz := authorizer.New(authorizer.Config{
-		Mappings: mappings, TenantLabel: cfg.tenantLabel, TrustInputUser: cfg.trustInputUser, NodeAccess: cfg.nodeAccess,
+		Mappings: mappings, TenantLabel: cfg.tenantLabel, NodeAccess: cfg.nodeAccess,
 	}, reviewer, view, evaluator, metrics, logger)
 
 	if cfg.openshift.Path != nil {
@@ -345,7 +352,11 @@ func run(cfg config, logger log.Logger) error {
 		})
 	}
 
+	var shuttingDown atomic.Bool
 	ready := func(ctx context.Context) error {
+		if shuttingDown.Load() {
+			return errors.New("shutting down")
+		}
 		if !view.Synced() {
 			return errors.New("namespace and node informers not synced")
 		}
@@ -353,7 +364,7 @@ func run(cfg config, logger log.Logger) error {
 	}
 	public := &http.Server{
 		Addr:              cfg.webListen,
-		Handler:           server.NewPublic(authz, server.Options{MaxBodyBytes: cfg.maxBodyBytes, Logger: logger, Registerer: registry}),
+		Handler:           server.NewPublic(authz, server.Options{MaxBodyBytes: cfg.maxBodyBytes, RequestTimeout: cfg.requestTimeout, Logger: logger, Registerer: registry}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -389,7 +400,11 @@ func run(cfg config, logger log.Logger) error {
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		level.Info(logger).Log("msg", "shutting down")
+		// Not ready first, so traffic drains elsewhere; then stop accepting and let
+		// every accepted request finish.
+		shuttingDown.Store(true)
+		level.Info(logger).Log("msg", "shutting down", "delay", cfg.shutdownDelay)
+		time.Sleep(cfg.shutdownDelay)
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdown)
 		defer cancel()
 		return errors.Join(public.Shutdown(shutdownCtx), internal.Shutdown(shutdownCtx))

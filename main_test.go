@@ -15,7 +15,7 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{name: "defaults", check: func(t *testing.T, cfg config) {
 			if cfg.webListen != ":8080" || cfg.internalListen != ":8081" || cfg.tenantLabel != "interlink.io/tenant" ||
-				cfg.allowedTTL != 5*time.Minute || cfg.deniedTTL != 30*time.Second || cfg.trustInputUser || cfg.nodeAccess {
+				cfg.allowedTTL != 5*time.Minute || cfg.deniedTTL != 30*time.Second || cfg.nodeAccess {
 				t.Errorf("unexpected defaults: %+v", cfg)
 			}
 		}},

@@ -18,6 +18,8 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	k8sauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
+
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
 )
@@ -64,9 +66,6 @@ var operationVerbs = map[string]string{"create": "create", "delete": "delete", "
 type Config struct {
 	Mappings    mapping.Mappings
 	TenantLabel string
-	// TrustInputUser honours input.user as the subject. Only for callers that are
-	// trusted to assert identities.
-	TrustInputUser bool
 	// NodeAccess adds a review of "use" on the target node in the tenant's group.
 	NodeAccess bool
 }
@@ -80,7 +79,13 @@ type Authorizer struct {
 	metrics   *Metrics
 	logger    log.Logger
 	openshift *openshiftMode // nil: opa-openshift requests are not served
+	// impersonation answers whether a caller may impersonate the identity it sends in
+	// input.user; nil refuses every input.user.
+	impersonation k8sauthorizer.Authorizer
 }
+
+// SetImpersonationAuthorizer makes input.user count when the caller may impersonate it.
+func (a *Authorizer) SetImpersonationAuthorizer(z k8sauthorizer.Authorizer) { a.impersonation = z }
 
 // New returns an Authorizer.
 func New(cfg Config, reviewer *CachingReviewer, view ClusterView, evaluator Evaluator, metrics *Metrics, logger log.Logger) *Authorizer {
@@ -135,9 +140,13 @@ func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.Ra
 	}
 
 	subject := ServiceAccountSubject(pod)
-	if req.User != nil && a.cfg.TrustInputUser {
+	if req.User != nil {
 		if subject, err = req.User.subject(); err != nil {
 			return d, NewInputError(err.Error())
+		}
+		if err := a.vouch(ctx, subject); err != nil {
+			level.Info(a.logger).Log(append(logFields, "caller", callerName(ctx), "msg", "rejected input.user", "err", err)...)
+			return d, err
 		}
 	}
 	operation := req.Operation
@@ -148,7 +157,7 @@ func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.Ra
 	if req.Node != nil && req.Node.Name != "" {
 		nodeName = req.Node.Name
 	}
-	logFields = append(logFields, "subject", subject.Username, "namespace", pod.Namespace, "pod", pod.Name, "operation", operation)
+	logFields = append(logFields, "caller", callerName(ctx), "subject", subject.Username, "namespace", pod.Namespace, "pod", pod.Name, "operation", operation)
 
 	ns, err := a.view.Namespace(ctx, pod.Namespace)
 	var summary reviewSummary

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	k8sauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/sar-bridge/sar-bridge/cache"
 	"github.com/sar-bridge/sar-bridge/kube"
@@ -165,18 +169,6 @@ func TestDecide(t *testing.T) {
 			wantReason: `namespace "ghost" does not exist`,
 		},
 		{
-			name: "input.user ignored unless trusted", rbac: []string{"alice create pods.interlink.io"},
-			input:      podInput("create", "team-a", "runner", `, "user": {"username": "alice", "groups": ["devs"]}`),
-			wantReason: saRunner + " may not create", wantUser: saRunner,
-			wantSpecs: []authorizationv1.ResourceAttributes{{Namespace: "team-a", Verb: "create", Group: "interlink.io", Resource: "pods"}},
-		},
-		{
-			name: "input.user honoured when trusted", cfg: Config{TrustInputUser: true}, rbac: []string{"alice create pods.interlink.io"},
-			input:       podInput("create", "team-a", "runner", `, "user": {"username": "alice", "groups": ["devs"]}`),
-			wantAllowed: true, wantUser: "alice",
-			wantSpecs: []authorizationv1.ResourceAttributes{{Namespace: "team-a", Verb: "create", Group: "interlink.io", Resource: "pods"}},
-		},
-		{
 			name: "node access: both reviews must allow", cfg: Config{NodeAccess: true},
 			rbac:  []string{saRunner + " create pods.interlink.io"},
 			input: podInput("create", "team-a", "runner", `, "node": {"name": "vk-a"}`), wantReason: `may not use nodes.interlink.io "vk-a" in namespace "team-a"`,
@@ -286,7 +278,7 @@ func TestDecideErrors(t *testing.T) {
 		{name: "pod fields of the wrong type", input: `{"pod": {"metadata": {"namespace": 7}}}`, wantInput: true, wantMessage: "input.pod is not a valid Pod"},
 		{name: "no namespace", input: `{"pod": {"metadata": {"name": "p"}}}`, wantInput: true, wantMessage: "input.pod.metadata.namespace is required"},
 		{name: "delete without name", input: `{"operation": "delete", "pod": {"metadata": {"namespace": "team-a"}}}`, wantInput: true, wantMessage: "input.pod.metadata.name is required for delete"},
-		{name: "trusted user without name", cfg: Config{TrustInputUser: true}, input: podInput("create", "team-a", "runner", `, "user": {"groups": ["x"]}`), wantInput: true, wantMessage: "input.user.username is required"},
+		{name: "input.user without name", input: podInput("create", "team-a", "runner", `, "user": {"groups": ["x"]}`), wantInput: true, wantMessage: "input.user.username is required"},
 		{name: "API down", input: podInput("create", "team-a", "runner", ""), answer: apiDown, wantMessage: "subject access review failed: dial tcp"},
 		{name: "namespace read fails", input: podInput("create", "new-ns", "runner", ""), view: func(v *fakeView) { v.nsErr = errors.New("connection refused") }, wantMessage: "connection refused"},
 		{name: "not synced", input: podInput("create", "team-a", "runner", ""), view: func(v *fakeView) { v.unsynced = true }, wantMessage: "cluster view not synced"},
@@ -337,6 +329,89 @@ func TestServiceAccountSubject(t *testing.T) {
 			want := []string{"system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated"}
 			if strings.Join(s.Groups, ",") != strings.Join(want, ",") {
 				t.Errorf("groups = %v, want %v", s.Groups, want)
+			}
+		})
+	}
+}
+
+// impersonable is a k8s authorizer allowing the listed "caller resource/subresource name" impersonations.
+type impersonable []string
+
+func (allowed impersonable) Authorize(_ context.Context, a k8sauthorizer.Attributes) (k8sauthorizer.Decision, string, error) {
+	if a.GetVerb() != "impersonate" {
+		return k8sauthorizer.DecisionNoOpinion, "", nil
+	}
+	resource := a.GetResource()
+	if a.GetSubresource() != "" {
+		resource += "/" + a.GetSubresource()
+	}
+	if a.GetNamespace() != "" {
+		resource = a.GetNamespace() + ":" + resource
+	}
+	key := fmt.Sprintf("%s %s %s", a.GetUser().GetName(), resource, a.GetName())
+	for _, k := range allowed {
+		if k == key {
+			return k8sauthorizer.DecisionAllow, "", nil
+		}
+	}
+	if slices.Contains(allowed, "error") {
+		return k8sauthorizer.DecisionNoOpinion, "", errors.New("connection refused")
+	}
+	return k8sauthorizer.DecisionNoOpinion, "", nil
+}
+
+func TestDecideImpersonation(t *testing.T) {
+	const claim = `, "user": {"username": "alice", "groups": ["devs"], "extra": {"scopes": ["s1"]}}`
+	gw := &user.DefaultInfo{Name: "gateway"}
+	all := impersonable{"gateway users alice", "gateway groups devs", "gateway userextras/scopes s1"}
+	tests := []struct {
+		name        string
+		caller      *user.DefaultInfo
+		allowed     impersonable
+		input       string
+		wantErr     string // "forbidden: ..." or "unavailable: ..." or "" for a decision
+		wantSubject string
+	}{
+		{name: "no authenticated caller", allowed: all, input: podInput("create", "team-a", "runner", claim), wantErr: "forbidden: input.user needs an authenticated caller"},
+		{name: "caller may impersonate all of it", caller: gw, allowed: all, input: podInput("create", "team-a", "runner", claim), wantSubject: "alice"},
+		{name: "group not allowed", caller: gw, allowed: all[:1], input: podInput("create", "team-a", "runner", claim),
+			wantErr: `forbidden: caller "gateway" may not impersonate group "devs", extra scopes="s1"`},
+		{name: "service account user is checked as a service account", caller: gw, allowed: impersonable{"gateway team-a:serviceaccounts runner"},
+			input: podInput("create", "team-a", "runner", `, "user": {"username": "system:serviceaccount:team-a:runner"}`), wantSubject: saRunner},
+		{name: "uid is checked", caller: gw, allowed: impersonable{"gateway users alice"},
+			input: podInput("create", "team-a", "runner", `, "user": {"username": "alice", "uid": "42"}`), wantErr: `forbidden: caller "gateway" may not impersonate uid "42"`},
+		{name: "impersonation review fails", caller: gw, allowed: impersonable{"error"},
+			input: podInput("create", "team-a", "runner", claim), wantErr: "unavailable: impersonation review failed"},
+		{name: "no input.user: the pod's service account", caller: gw, input: podInput("create", "team-a", "runner", ""), wantSubject: saRunner},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rev := &fakeReviewer{answer: rbacByVerb("alice create pods.interlink.io", saRunner+" create pods.interlink.io")}
+			a := newTestAuthorizer(t, Config{}, rev, newView())
+			a.SetImpersonationAuthorizer(tt.allowed)
+			ctx := context.Background()
+			if tt.caller != nil {
+				ctx = request.WithUser(ctx, tt.caller)
+			}
+			d, err := a.Decide(ctx, decisionPath, json.RawMessage(tt.input))
+			var forbidden *ForbiddenError
+			var unavailable *UnavailableError
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Decide: %v", err)
+			case strings.HasPrefix(tt.wantErr, "forbidden: ") && (!errors.As(err, &forbidden) || !strings.Contains(err.Error(), strings.TrimPrefix(tt.wantErr, "forbidden: "))):
+				t.Fatalf("err = %T %v, want %s", err, err, tt.wantErr)
+			case strings.HasPrefix(tt.wantErr, "unavailable: ") && (!errors.As(err, &unavailable) || !strings.Contains(err.Error(), strings.TrimPrefix(tt.wantErr, "unavailable: "))):
+				t.Fatalf("err = %T %v, want %s", err, err, tt.wantErr)
+			}
+			if tt.wantErr != "" {
+				if len(rev.specs) != 0 || d.Defined {
+					t.Errorf("a refused identity was reviewed (%d reviews) or decided", len(rev.specs))
+				}
+				return
+			}
+			if d.Result.(map[string]any)["allowed"] != true || len(rev.specs) != 1 || rev.specs[0].User != tt.wantSubject {
+				t.Errorf("result %v, reviews %+v; want allowed for %s", d.Result, rev.specs, tt.wantSubject)
 			}
 		})
 	}

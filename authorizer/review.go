@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/sar-bridge/sar-bridge/cache"
@@ -87,6 +88,7 @@ type CachingReviewer struct {
 	deniedTTL  time.Duration
 	timeout    time.Duration
 	inflight   singleflight.Group
+	inFlight   *semaphore.Weighted
 	metrics    *Metrics
 	logger     log.Logger
 }
@@ -97,8 +99,11 @@ type CachingReviewerOptions struct {
 	DeniedTTL  time.Duration
 	// Timeout bounds one call to the Kubernetes API, whoever waits for it.
 	Timeout time.Duration
-	Metrics *Metrics
-	Logger  log.Logger
+	// MaxInFlight caps the reviews sent to the API at once; more wait for a slot
+	// within their deadline. 0 means no cap.
+	MaxInFlight int
+	Metrics     *Metrics
+	Logger      log.Logger
 }
 
 // NewCachingReviewer wraps reviewer with c.
@@ -112,8 +117,12 @@ func NewCachingReviewer(reviewer Reviewer, c cache.Cache, opts CachingReviewerOp
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
+	var inFlight *semaphore.Weighted
+	if opts.MaxInFlight > 0 {
+		inFlight = semaphore.NewWeighted(int64(opts.MaxInFlight))
+	}
 	return &CachingReviewer{
-		reviewer: reviewer, cache: c,
+		reviewer: reviewer, cache: c, inFlight: inFlight,
 		allowedTTL: opts.AllowedTTL, deniedTTL: opts.DeniedTTL, timeout: opts.Timeout,
 		metrics: opts.Metrics, logger: opts.Logger,
 	}
@@ -176,6 +185,15 @@ func (c *CachingReviewer) lookup(ctx context.Context, key string) (ReviewResult,
 }
 
 func (c *CachingReviewer) reviewAndStore(ctx context.Context, reviewer Reviewer, key string, spec authorizationv1.SubjectAccessReviewSpec) (ReviewResult, error) {
+	if c.inFlight != nil {
+		// Excess reviews wait here rather than pile onto an API server that is
+		// already slow; one that cannot get a slot in time is an error (a 503).
+		if err := c.inFlight.Acquire(ctx, 1); err != nil {
+			c.metrics.reviews.WithLabelValues("error").Inc()
+			return ReviewResult{}, fmt.Errorf("too many reviews in flight to the Kubernetes API: %w", err)
+		}
+		defer c.inFlight.Release(1)
+	}
 	start := time.Now()
 	status, err := reviewer.Review(ctx, spec)
 	c.metrics.reviewDuration.Observe(time.Since(start).Seconds())

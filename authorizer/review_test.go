@@ -3,6 +3,7 @@ package authorizer
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -259,5 +260,23 @@ func TestCachingReviewerTimeout(t *testing.T) {
 		if d := time.Since(start); d != 3*time.Second {
 			t.Errorf("gave up after %v, want 3s", d)
 		}
+	})
+}
+
+// Reviews beyond the in-flight cap wait for a slot; one that cannot get it in time fails.
+func TestCachingReviewerInFlightCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rev := &fakeReviewer{answer: allowAll, release: make(chan struct{})}
+		cr := NewCachingReviewer(rev, cache.NewMemory(10), CachingReviewerOptions{AllowedTTL: time.Minute, Timeout: 2 * time.Second, MaxInFlight: 1})
+		go func() { _, _, _ = cr.Review(context.Background(), spec("alice", nil, "create", "ns")) }()
+		synctest.Wait() // alice's review holds the only slot
+		_, _, err := cr.Review(context.Background(), spec("bob", nil, "create", "ns"))
+		if err == nil || !strings.Contains(err.Error(), "too many reviews in flight") {
+			t.Fatalf("err = %v, want too many reviews in flight", err)
+		}
+		if rev.count() != 1 {
+			t.Errorf("API calls = %d, want 1", rev.count())
+		}
+		close(rev.release)
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
@@ -46,8 +47,10 @@ const DefaultMaxBodyBytes = 1 << 20
 // Options configures the public handler.
 type Options struct {
 	MaxBodyBytes int64
-	Logger       log.Logger
-	Registerer   prometheus.Registerer
+	// RequestTimeout bounds one decision, reviews and policy together; 0 means none.
+	RequestTimeout time.Duration
+	Logger         log.Logger
+	Registerer     prometheus.Registerer
 }
 
 const dataPrefix = "/v1/data/"
@@ -72,7 +75,7 @@ func NewPublic(decider Decider, opts Options) http.Handler {
 	instrument := func(route string, h http.Handler) http.Handler {
 		return promhttp.InstrumentHandlerCounter(requests.MustCurryWith(prometheus.Labels{"path": route}), h)
 	}
-	data := &dataHandler{decider: decider, maxBody: opts.MaxBodyBytes, logger: opts.Logger}
+	data := &dataHandler{decider: decider, maxBody: opts.MaxBodyBytes, timeout: opts.RequestTimeout, logger: opts.Logger}
 	dataRoute := instrument("/v1/data", data)
 	healthRoute := instrument("/health", http.HandlerFunc(health))
 	notFound := instrument("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -105,6 +108,7 @@ func health(w http.ResponseWriter, r *http.Request) {
 type dataHandler struct {
 	decider Decider
 	maxBody int64
+	timeout time.Duration
 	logger  log.Logger
 }
 
@@ -134,6 +138,11 @@ func (h *dataHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	if h.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.timeout)
+		defer cancel()
+	}
 	if token := r.Header.Get(forwardedTokenHeader); token != "" {
 		ctx = authorizer.WithAccessToken(ctx, token)
 	}
@@ -141,6 +150,7 @@ func (h *dataHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var (
 		inputErr        *authorizer.InputError
 		unauthenticated *authorizer.UnauthenticatedError
+		forbidden       *authorizer.ForbiddenError
 		unavailable     *authorizer.UnavailableError
 	)
 	switch {
@@ -148,7 +158,9 @@ func (h *dataHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, codeInvalidParameter, err.Error())
 	case errors.As(err, &unauthenticated):
 		writeError(w, http.StatusUnauthorized, codeUnauthorized, err.Error())
-	case errors.As(err, &unavailable):
+	case errors.As(err, &forbidden):
+		writeError(w, http.StatusForbidden, codeUnauthorized, err.Error())
+	case errors.As(err, &unavailable) || err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		// Never an allow: the caller gets an error it must treat as a refusal.
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, codeInternal, err.Error())
