@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -25,12 +27,16 @@ import (
 	flag "github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+
+	"github.com/sar-bridge/sar-bridge/authn"
 	"github.com/sar-bridge/sar-bridge/authorizer"
 	"github.com/sar-bridge/sar-bridge/cache"
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
 	"github.com/sar-bridge/sar-bridge/policies"
 	"github.com/sar-bridge/sar-bridge/server"
+	"github.com/sar-bridge/sar-bridge/tlsserving"
 )
 
 type config struct {
@@ -73,6 +79,21 @@ type config struct {
 	opaAdminGroups  string
 	healthchecksURL string
 	debugName       string
+
+	authnMode          string
+	authnAudiences     []string
+	insecureAnyCaller  bool
+	tlsCertFile        string
+	tlsKeyFile         string
+	tlsInternalCert    string
+	tlsInternalKey     string
+	tlsInternalCAFile  string
+	tlsClientCAFile    string
+	tlsMinVersion      string
+	tlsCipherSuites    string
+	tlsReloadInterval  time.Duration
+	callerCacheSuccess time.Duration
+	callerCacheFailure time.Duration
 }
 
 // Names in opa-openshift's own validation: a Rego package and rule.
@@ -139,6 +160,20 @@ Flags:
 	fs.BoolVar(&cfg.openshift.ViaQToOTelMigration, "opa.viaq-to-otel-migration", false, "opa-openshift compatibility: --opa.matcher names both kubernetes_namespace_name and k8s_namespace_name; each request keeps the one its selectors use.")
 	fs.StringVar(&cfg.healthchecksURL, "web.healthchecks.url", "", "URL /live probes (any HTTP answer passes), e.g. http://localhost:8080 to check the public listener. Empty: no probe.")
 	fs.StringVar(&cfg.debugName, "debug.name", "", "Name added to every log line (name=...).")
+	fs.StringVar(&cfg.authnMode, "authn.mode", "", "How callers of the public listener are authenticated: none (loopback only), token (Bearer token checked by TokenReview) or mtls (client certificate from --tls.client-ca-file). Authenticated callers also need \"create\" on the nonResourceURL of the path they call. Empty: none on a loopback --web.listen, token otherwise.")
+	fs.StringSliceVar(&cfg.authnAudiences, "authn.audiences", nil, "Audiences a caller's token must be valid for (TokenReview); empty: the API server's.")
+	fs.BoolVar(&cfg.insecureAnyCaller, "authn.insecure-allow-any-caller", false, "Allow --authn.mode=none on a non-loopback --web.listen: anyone who reaches the port learns RBAC answers.")
+	fs.DurationVar(&cfg.callerCacheSuccess, "authn.cache-ttl", 2*time.Minute, "How long a caller's accepted token and allowed path are reused.")
+	fs.DurationVar(&cfg.callerCacheFailure, "authn.denied-cache-ttl", 10*time.Second, "How long a caller's refused path (and an impersonation refusal) is reused.")
+	fs.StringVar(&cfg.tlsCertFile, "tls.server.cert-file", "", "TLS certificate of the public listener (reloaded when it changes). Empty: plain HTTP.")
+	fs.StringVar(&cfg.tlsKeyFile, "tls.server.key-file", "", "TLS key of the public listener.")
+	fs.StringVar(&cfg.tlsInternalCert, "tls.internal.server.cert-file", "", "TLS certificate of the internal listener. Empty: plain HTTP.")
+	fs.StringVar(&cfg.tlsInternalKey, "tls.internal.server.key-file", "", "TLS key of the internal listener.")
+	fs.StringVar(&cfg.tlsInternalCAFile, "tls.internal.server.ca-file", "", "CA the --web.healthchecks.url probe trusts; empty: the system's.")
+	fs.StringVar(&cfg.tlsClientCAFile, "tls.client-ca-file", "", "CA bundle that signs caller certificates for --authn.mode=mtls (CN = user, O = groups); reloaded when it changes.")
+	fs.StringVar(&cfg.tlsMinVersion, "tls.min-version", "VersionTLS13", "Minimum TLS version: VersionTLS12 or VersionTLS13.")
+	fs.StringVar(&cfg.tlsCipherSuites, "tls.cipher-suites", "", "Comma-separated TLS 1.2 cipher suites (IANA names); empty: Go's defaults.")
+	fs.DurationVar(&cfg.tlsReloadInterval, "tls.reload-interval", 10*time.Second, "How often certificate files are checked for changes.")
 	for name, why := range unsupportedFlags {
 		fs.String(name, "", "Not supported: "+why+".")
 		_ = fs.MarkHidden(name)
@@ -155,6 +190,9 @@ Flags:
 		}
 	}
 	if err := cfg.parseOpenShift(); err != nil {
+		return cfg, err
+	}
+	if err := cfg.checkCallers(); err != nil {
 		return cfg, err
 	}
 	var err error
@@ -184,6 +222,39 @@ Flags:
 	return cfg, nil
 }
 
+// checkCallers refuses configurations that would answer anyone on the network.
+func (cfg *config) checkCallers() error {
+	if cfg.authnMode == "" {
+		cfg.authnMode = string(authn.ModeToken)
+		if authn.IsLoopback(cfg.webListen) {
+			cfg.authnMode = string(authn.ModeNone)
+		}
+	}
+	mode, err := authn.ParseMode(cfg.authnMode)
+	if err != nil {
+		return fmt.Errorf("--authn.mode: %w", err)
+	}
+	switch {
+	case mode == authn.ModeNone && !authn.IsLoopback(cfg.webListen) && !cfg.insecureAnyCaller:
+		return fmt.Errorf("--authn.mode=none on --web.listen %q would answer any caller on the network: listen on loopback, choose --authn.mode token or mtls, or pass --authn.insecure-allow-any-caller", cfg.webListen)
+	case mode == authn.ModeMTLS && (cfg.tlsCertFile == "" || cfg.tlsClientCAFile == ""):
+		return errors.New("--authn.mode=mtls needs --tls.server.cert-file, --tls.server.key-file and --tls.client-ca-file")
+	case mode != authn.ModeMTLS && cfg.tlsClientCAFile != "":
+		return errors.New("--tls.client-ca-file is only used with --authn.mode=mtls")
+	case (cfg.tlsCertFile == "") != (cfg.tlsKeyFile == ""):
+		return errors.New("--tls.server.cert-file and --tls.server.key-file go together")
+	case (cfg.tlsInternalCert == "") != (cfg.tlsInternalKey == ""):
+		return errors.New("--tls.internal.server.cert-file and --tls.internal.server.key-file go together")
+	}
+	if _, err := tlsserving.ParseVersion(cfg.tlsMinVersion); err != nil {
+		return fmt.Errorf("--tls.min-version: %w", err)
+	}
+	if _, err := tlsserving.ParseCipherSuites(splitList(cfg.tlsCipherSuites)); err != nil {
+		return fmt.Errorf("--tls.cipher-suites: %w", err)
+	}
+	return nil
+}
+
 // parseOpenShift turns the opa.* flags into the opa-openshift compatibility settings.
 func (cfg *config) parseOpenShift() error {
 	switch {
@@ -206,12 +277,42 @@ func (cfg *config) parseOpenShift() error {
 	return nil
 }
 
+// serverTLS is the TLS configuration of a listener, nil for plain HTTP.
+func serverTLS(ctx context.Context, cfg config, certFile, keyFile string, clientCAs func() *x509.CertPool, logger log.Logger) (*tls.Config, error) {
+	if certFile == "" {
+		return nil, nil
+	}
+	return tlsserving.New(ctx, tlsserving.Options{
+		CertFile: certFile, KeyFile: keyFile, MinVersion: cfg.tlsMinVersion, CipherSuites: splitList(cfg.tlsCipherSuites),
+		// Verify a certificate when one is sent; the caller filter answers a missing one
+		// with a 401, and probes of /health need none.
+		ClientCAs: clientCAs, ReloadInterval: cfg.tlsReloadInterval, Logger: logger,
+	})
+}
+
+// healthcheckClient is the client of the --web.healthchecks.url probe.
+func healthcheckClient(caFile string) (*http.Client, error) {
+	client := &http.Client{Timeout: time.Second}
+	if caFile == "" {
+		return client, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls.internal.server.ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--tls.internal.server.ca-file %s: no PEM certificate", caFile)
+	}
+	client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	return client, nil
+}
+
 // healthcheck probes url for /live when it is set: the listener behind it answers.
-func healthcheck(url string) func(context.Context) error {
+func healthcheck(url string, client *http.Client) func(context.Context) error {
 	if url == "" {
 		return nil
 	}
-	client := &http.Client{Timeout: time.Second}
 	return func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -352,6 +453,42 @@ func run(cfg config, logger log.Logger) error {
 		})
 	}
 
+	callers, err := authn.New(ctx, authn.Options{
+		Mode: authn.Mode(cfg.authnMode), Client: client, Audiences: cfg.authnAudiences, ClientCAFile: cfg.tlsClientCAFile,
+		SuccessTTL: cfg.callerCacheSuccess, FailureTTL: cfg.callerCacheFailure, Logger: logger, Registerer: registry,
+	})
+	if err != nil {
+		return fmt.Errorf("caller authentication: %w", err)
+	}
+	var authenticate func(http.Handler) http.Handler
+	if callers.Mode() != authn.ModeNone {
+		authenticate = callers.Wrap
+		// input.user counts only when the caller may impersonate it; the checks are
+		// SubjectAccessReviews, cached like the caller's own.
+		impersonation, err := authorizerfactory.DelegatingAuthorizerConfig{
+			SubjectAccessReviewClient: client.AuthorizationV1(),
+			AllowCacheTTL:             cfg.callerCacheSuccess,
+			DenyCacheTTL:              cfg.callerCacheFailure,
+			WebhookRetryBackoff:       &kube.DefaultRetryBackoff,
+		}.New()
+		if err != nil {
+			return fmt.Errorf("impersonation authorizer: %w", err)
+		}
+		authz.SetImpersonationAuthorizer(impersonation)
+	}
+	publicTLS, err := serverTLS(ctx, cfg, cfg.tlsCertFile, cfg.tlsKeyFile, callers.ClientCAs(), logger)
+	if err != nil {
+		return fmt.Errorf("public listener TLS: %w", err)
+	}
+	internalTLS, err := serverTLS(ctx, cfg, cfg.tlsInternalCert, cfg.tlsInternalKey, nil, logger)
+	if err != nil {
+		return fmt.Errorf("internal listener TLS: %w", err)
+	}
+	healthcheckClient, err := healthcheckClient(cfg.tlsInternalCAFile)
+	if err != nil {
+		return err
+	}
+
 	var shuttingDown atomic.Bool
 	ready := func(ctx context.Context) error {
 		if shuttingDown.Load() {
@@ -363,18 +500,22 @@ func run(cfg config, logger log.Logger) error {
 		return kube.CheckReachable(ctx, client, 2*time.Second)
 	}
 	public := &http.Server{
-		Addr:              cfg.webListen,
-		Handler:           server.NewPublic(authz, server.Options{MaxBodyBytes: cfg.maxBodyBytes, RequestTimeout: cfg.requestTimeout, Logger: logger, Registerer: registry}),
+		Addr: cfg.webListen,
+		Handler: server.NewPublic(authz, server.Options{
+			MaxBodyBytes: cfg.maxBodyBytes, RequestTimeout: cfg.requestTimeout, Logger: logger, Registerer: registry, Authenticate: authenticate,
+		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
+		TLSConfig:         publicTLS,
 	}
 	internal := &http.Server{
 		Addr:              cfg.internalListen,
-		Handler:           server.NewInternal(healthcheck(cfg.healthchecksURL), ready, registry),
+		Handler:           server.NewInternal(healthcheck(cfg.healthchecksURL, healthcheckClient), ready, registry),
 		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         internalTLS,
 	}
 
 	level.Info(logger).Log("msg", "starting", "public", cfg.webListen, "internal", cfg.internalListen,
@@ -386,7 +527,11 @@ func run(cfg config, logger log.Logger) error {
 			return fmt.Errorf("listening on %s: %w", s.Addr, err)
 		}
 		g.Go(func() error {
-			if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			serve := s.Serve
+			if s.TLSConfig != nil {
+				serve = func(ln net.Listener) error { return s.ServeTLS(ln, "", "") } // the config holds the reloaded certificate
+			}
+			if err := serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("serving %s: %w", s.Addr, err)
 			}
 			return nil

@@ -14,6 +14,9 @@ func TestParseFlags(t *testing.T) {
 		check   func(t *testing.T, cfg config)
 	}{
 		{name: "defaults", check: func(t *testing.T, cfg config) {
+			if cfg.authnMode != "token" {
+				t.Errorf("authn mode on :8080 = %q, want token", cfg.authnMode)
+			}
 			if cfg.webListen != ":8080" || cfg.internalListen != ":8081" || cfg.tenantLabel != "interlink.io/tenant" ||
 				cfg.allowedTTL != 5*time.Minute || cfg.deniedTTL != 30*time.Second || cfg.nodeAccess {
 				t.Errorf("unexpected defaults: %+v", cfg)
@@ -35,6 +38,30 @@ func TestParseFlags(t *testing.T) {
 		{name: "zero cache size", args: []string{"--cache.size=0"}, wantErr: "--cache.size must be at least 1"},
 		{name: "bad duration", args: []string{"--review.timeout=soon"}, wantErr: `invalid argument "soon"`},
 		{name: "empty tenant label", args: []string{"--tenant.label="}, wantErr: "--tenant.label must not be empty"},
+		{name: "loopback defaults to no caller authentication", args: []string{"--web.listen=127.0.0.1:8080"},
+			check: func(t *testing.T, cfg config) {
+				if cfg.authnMode != "none" {
+					t.Errorf("authn mode = %q, want none", cfg.authnMode)
+				}
+			}},
+		{name: "none on all interfaces refused", args: []string{"--authn.mode=none"}, wantErr: `--authn.mode=none on --web.listen ":8080" would answer any caller`},
+		{name: "none on all interfaces when insisted", args: []string{"--authn.mode=none", "--authn.insecure-allow-any-caller"},
+			check: func(t *testing.T, cfg config) {}},
+		{name: "unknown authn mode", args: []string{"--authn.mode=basic"}, wantErr: "--authn.mode"},
+		{name: "mtls needs certificates", args: []string{"--authn.mode=mtls"}, wantErr: "--authn.mode=mtls needs"},
+		{name: "client CA without mtls", args: []string{"--tls.client-ca-file=ca.pem"}, wantErr: "only used with --authn.mode=mtls"},
+		{name: "cert without key", args: []string{"--tls.server.cert-file=c.pem"}, wantErr: "go together"},
+		{name: "bad TLS version", args: []string{"--tls.min-version=VersionTLS10"}, wantErr: "--tls.min-version"},
+		{name: "bad cipher suite", args: []string{"--tls.cipher-suites=TLS_FAKE"}, wantErr: "--tls.cipher-suites"},
+		{name: "unsupported opa-openshift flag", args: []string{"--debug.token=x"}, wantErr: "--debug.token is not supported by sar-bridge"},
+		{name: "opa-openshift flags", args: []string{"--opa.package=lokistack", "--opa.matcher=kubernetes_namespace_name,k8s_namespace_name", "--opa.viaq-to-otel-migration", "--opa.skip-tenants=audit,infrastructure"},
+			check: func(t *testing.T, cfg config) {
+				if strings.Join(cfg.openshift.Path, "/") != "lokistack/allow" || len(cfg.openshift.Matchers) != 2 || len(cfg.openshift.SkipTenants) != 2 {
+					t.Errorf("openshift config = %+v", cfg.openshift)
+				}
+			}},
+		{name: "bad opa package", args: []string{"--opa.package=loki-stack"}, wantErr: `--opa.package "loki-stack" is not a Rego package name`},
+		{name: "matcher without package", args: []string{"--opa.matcher=x"}, wantErr: "need --opa.package"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

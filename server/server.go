@@ -51,6 +51,9 @@ type Options struct {
 	RequestTimeout time.Duration
 	Logger         log.Logger
 	Registerer     prometheus.Registerer
+	// Authenticate wraps the Data API (not /health) with caller authentication and
+	// authorization; nil serves every caller.
+	Authenticate func(http.Handler) http.Handler
 }
 
 const dataPrefix = "/v1/data/"
@@ -76,7 +79,11 @@ func NewPublic(decider Decider, opts Options) http.Handler {
 		return promhttp.InstrumentHandlerCounter(requests.MustCurryWith(prometheus.Labels{"path": route}), h)
 	}
 	data := &dataHandler{decider: decider, maxBody: opts.MaxBodyBytes, timeout: opts.RequestTimeout, logger: opts.Logger}
-	dataRoute := instrument("/v1/data", data)
+	var dataAPI http.Handler = data
+	if opts.Authenticate != nil {
+		dataAPI = opts.Authenticate(dataAPI)
+	}
+	dataRoute := instrument("/v1/data", dataAPI)
 	healthRoute := instrument("/health", http.HandlerFunc(health))
 	notFound := instrument("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
