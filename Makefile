@@ -29,8 +29,9 @@ controlplane: ## Build kube-apiserver and etcd into $(CACHE_DIR)/bin (once).
 
 test: lint unit e2e ## Unit tests, then end-to-end tests against a real control plane.
 
-unit: ## Unit tests (with the race detector), Rego tests included.
+unit: ## Unit tests (with the race detector), Rego tests and fuzz seed corpora included, then a short fuzz run.
 	$(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=10s
 
 e2e: build deps controlplane ## End-to-end tests: real kube-apiserver, etcd, memcached and the binary.
 	cd test && SAR_BRIDGE_BINARY=$(CURDIR)/$(BIN) SAR_BRIDGE_CONTROLPLANE_BIN=$(CACHE_DIR)/bin \
@@ -47,6 +48,12 @@ bench: ## Benchmarks of the decision path, the policy and the cache tiers.
 
 run: build controlplane ## A local control plane, example RBAC and the bridge on loopback.
 	cd test && $(GO) run ./cmd/local-cluster --bridge $(CURDIR)/$(BIN) --dir $(RUN_DIR)
+
+FUZZTIME ?= 2m
+fuzz: ## Fuzz request decoding and the decision pipeline, $(FUZZTIME) per target.
+	$(GO) test -run '^$$' -fuzz '^FuzzDataAPI$$' -fuzztime $(FUZZTIME) ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./authorizer/
+	$(GO) test -run '^$$' -fuzz '^FuzzAllowAllReviewer$$' -fuzztime $(FUZZTIME) ./authorizer/
 
 clean: ## Remove built binaries and local run state (not the control-plane cache).
 	rm -rf bin test/bin .cache

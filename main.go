@@ -43,6 +43,8 @@ type config struct {
 	kubeconfig     string
 	mappingPairs   []string
 	mappings       mapping.Mappings
+	mappingsFile   string
+	reloadInterval time.Duration
 	tenantLabel    string
 	policyDir      string
 	policyData     string
@@ -123,6 +125,8 @@ Flags:
 	}
 	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file; empty uses $KUBECONFIG, else the in-cluster service account.")
 	fs.StringSliceVar(&cfg.mappingPairs, "openshift.mappings", nil, "Tenant to API group mapping, tenant=group (repeatable or comma-separated); tenant \"*\" is the fallback for unmapped tenants.")
+	fs.StringVar(&cfg.mappingsFile, "openshift.mappings-file", "", "File of tenant=group lines (# comments allowed), merged with --openshift.mappings and reloaded when it changes; a broken file is rejected and the last good mappings kept.")
+	fs.DurationVar(&cfg.reloadInterval, "reload.interval", 5*time.Second, "How often --policies, --policies.data and --openshift.mappings-file are checked for changes.")
 	fs.StringVar(&cfg.tenantLabel, "tenant.label", "interlink.io/tenant", "Namespace (and node) label naming the tenant; a namespace without it is its own tenant.")
 	fs.StringVar(&cfg.policyDir, "policies", "", "Directory of .rego files that extend the embedded policy; a file named like an embedded one replaces it.")
 	fs.StringVar(&cfg.policyData, "policies.data", "", "JSON or YAML file whose object becomes the policy's data (limits, protected_taints, default_limits under \"interlink\").")
@@ -204,6 +208,8 @@ Flags:
 		return cfg, errors.New("--cache.allowed-ttl and --cache.denied-ttl must not be negative")
 	case cfg.cacheSize < 1:
 		return cfg, errors.New("--cache.size must be at least 1")
+	case cfg.reloadInterval <= 0:
+		return cfg, errors.New("--reload.interval must be positive")
 	case cfg.maxInFlight < 0 || cfg.requestTimeout < 0 || cfg.shutdownDelay < 0:
 		return cfg, errors.New("--review.max-in-flight, --web.request-timeout and --web.shutdown-delay must not be negative")
 	case cfg.reviewTimeout <= 0:
@@ -418,11 +424,22 @@ func run(cfg config, logger log.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	mappings := cfg.mappings
-	if mappings.Len() == 0 {
-		level.Warn(logger).Log("msg", "no --openshift.mappings: every pod will be denied as unmapped")
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	mappings, err := mapping.NewSource(ctx, cfg.mappings, cfg.mappingsFile, cfg.reloadInterval, logger, registry)
+	if err != nil {
+		return fmt.Errorf("tenant mappings: %w", err)
 	}
-	evaluator, err := policies.New(ctx, policies.Options{Dir: cfg.policyDir, DataFile: cfg.policyData})
+	if mappings.Current().Len() == 0 {
+		level.Warn(logger).Log("msg", "no tenant mappings: every pod will be denied as unmapped")
+	}
+	// Policies and their data are reloaded when they change; a broken change is
+	// refused and the last good policy keeps serving.
+	evaluator, err := policies.NewReloader(ctx, policies.ReloaderOptions{
+		Options:  policies.Options{Dir: cfg.policyDir, DataFile: cfg.policyData},
+		Interval: cfg.reloadInterval, Logger: logger, Registerer: registry,
+	})
 	if err != nil {
 		return fmt.Errorf("loading policies: %w", err)
 	}
@@ -431,8 +448,6 @@ func run(cfg config, logger log.Logger) error {
 		return err
 	}
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := authorizer.NewMetrics(registry)
 
 	view := kube.NewClusterView(client, cfg.resync)
@@ -519,7 +534,7 @@ func run(cfg config, logger log.Logger) error {
 	}
 
 	level.Info(logger).Log("msg", "starting", "public", cfg.webListen, "internal", cfg.internalListen,
-		"mappings", mappings.String(), "tenant_label", cfg.tenantLabel, "node_access", cfg.nodeAccess)
+		"mappings", mappings.Current().String(), "tenant_label", cfg.tenantLabel, "node_access", cfg.nodeAccess)
 	g, gctx := errgroup.WithContext(ctx)
 	for _, s := range []*http.Server{public, internal} {
 		ln, err := net.Listen("tcp", s.Addr)

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	k8sjson "sigs.k8s.io/json"
 
 	k8sauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
 
@@ -62,9 +63,16 @@ func NewUnavailableError(err error) *UnavailableError { return &UnavailableError
 // Operations and the review verb each one needs.
 var operationVerbs = map[string]string{"create": "create", "delete": "delete", "status": "get"}
 
+// TenantGroups maps a tenant to the API group its RBAC rules live in.
+type TenantGroups interface {
+	Group(tenant string) (group string, ok bool)
+}
+
 // Config configures an Authorizer.
 type Config struct {
-	Mappings    mapping.Mappings
+	// Mappings gives a tenant's API group: mapping.Mappings, or a mapping.Source that
+	// follows a mapping file.
+	Mappings    TenantGroups
 	TenantLabel string
 	// NodeAccess adds a review of "use" on the target node in the tenant's group.
 	NodeAccess bool
@@ -210,10 +218,14 @@ func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.Ra
 }
 
 // decodePodInput checks a pod decision's input and returns it both as the generic object
-// the policy sees and in typed form.
+// the policy sees and in typed form. Both readings must agree on every field, so the
+// typed decoding is case-sensitive (as Kubernetes' own) and refuses duplicate keys, and
+// a pod may hold no field the Pod type lacks: "Spec", "Operator" or "ſperator" would
+// otherwise mean one thing to a Go client (encoding/json folds case) and nothing to the
+// policy. A pod with a field newer than this build is refused too, never judged blind.
 func decodePodInput(raw json.RawMessage) (map[string]any, podRequest, *corev1.Pod, error) {
 	var req podRequest
-	if err := json.Unmarshal(raw, &req); err != nil {
+	if err := strictUnmarshal(raw, &req, k8sjson.DisallowDuplicateFields); err != nil {
 		return nil, req, nil, inputErrorf("input: %v", err)
 	}
 	if _, ok := operationVerbs[req.Operation]; !ok && req.Operation != "" {
@@ -223,7 +235,7 @@ func decodePodInput(raw json.RawMessage) (map[string]any, podRequest, *corev1.Po
 		return nil, req, nil, inputErrorf("input.pod is required and must be a JSON object")
 	}
 	pod := &corev1.Pod{}
-	if err := json.Unmarshal(req.Pod, pod); err != nil {
+	if err := strictUnmarshal(req.Pod, pod, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields); err != nil {
 		return nil, req, nil, inputErrorf("input.pod is not a valid Pod: %v", err)
 	}
 	if pod.Namespace == "" {
@@ -240,6 +252,19 @@ func decodePodInput(raw json.RawMessage) (map[string]any, podRequest, *corev1.Po
 		return nil, req, nil, inputErrorf("input: %v", err)
 	}
 	return input, req, pod, nil
+}
+
+// strictUnmarshal decodes with exact (case-sensitive) field names, and with the given
+// strictness.
+func strictUnmarshal(data []byte, v any, strict ...k8sjson.StrictOption) error {
+	strictErrs, err := k8sjson.UnmarshalStrict(data, v, strict...)
+	if err != nil {
+		return err
+	}
+	if len(strictErrs) > 0 {
+		return errors.Join(strictErrs...)
+	}
+	return nil
 }
 
 // reviewSpecs are the reviews a decision needs. A create review names no pod: RBAC

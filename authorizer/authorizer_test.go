@@ -92,7 +92,7 @@ func newTestAuthorizer(t *testing.T, cfg Config, rev *fakeReviewer, view *fakeVi
 	if cfg.TenantLabel == "" {
 		cfg.TenantLabel = "interlink.io/tenant"
 	}
-	if cfg.Mappings.Len() == 0 {
+	if cfg.Mappings == nil {
 		cfg.Mappings, _ = mapping.Parse([]string{"team-a=interlink.io", "tenant-b=tenant-b.interlink.io"})
 	}
 	cr := NewCachingReviewer(rev, cache.NewMemory(100), CachingReviewerOptions{AllowedTTL: time.Minute, DeniedTTL: time.Minute})
@@ -276,6 +276,11 @@ func TestDecideErrors(t *testing.T) {
 		{name: "pod not an object", input: `{"pod": "p1"}`, wantInput: true, wantMessage: "input.pod is required and must be a JSON object"},
 		{name: "pod null", input: `{"pod": null}`, wantInput: true, wantMessage: "input.pod is required"},
 		{name: "pod fields of the wrong type", input: `{"pod": {"metadata": {"namespace": 7}}}`, wantInput: true, wantMessage: "input.pod is not a valid Pod"},
+		{name: "pod field spelt in another case", input: `{"pod": {"metadata": {"namespace": "team-a"}, "Spec": {"containers": [{"name": "c"}]}}}`, wantInput: true, wantMessage: `unknown field "Spec"`},
+		{name: "toleration operator folded", input: `{"pod": {"metadata": {"namespace": "team-a"}, "spec": {"tolerations": [{"key": "gpu", "ſperator": "Exists"}]}}}`, wantInput: true, wantMessage: "unknown field"},
+		{name: "pod field given twice", input: `{"pod": {"metadata": {"namespace": "team-a"}, "spec": {}, "spec": {"nodeName": "x"}}}`, wantInput: true, wantMessage: `duplicate field "spec"`},
+		{name: "request field given twice", input: `{"operation": "delete", "operation": "create", "pod": {"metadata": {"namespace": "team-a"}}}`, wantInput: true, wantMessage: `duplicate field "operation"`},
+		{name: "Pod instead of pod", input: `{"Pod": {"metadata": {"namespace": "team-a"}}}`, wantInput: true, wantMessage: "input.pod is required"},
 		{name: "no namespace", input: `{"pod": {"metadata": {"name": "p"}}}`, wantInput: true, wantMessage: "input.pod.metadata.namespace is required"},
 		{name: "delete without name", input: `{"operation": "delete", "pod": {"metadata": {"namespace": "team-a"}}}`, wantInput: true, wantMessage: "input.pod.metadata.name is required for delete"},
 		{name: "input.user without name", input: podInput("create", "team-a", "runner", `, "user": {"groups": ["x"]}`), wantInput: true, wantMessage: "input.user.username is required"},

@@ -23,15 +23,9 @@ type Mappings struct {
 func Parse(pairs []string) (Mappings, error) {
 	groups := make(map[string]string, len(pairs))
 	for _, pair := range pairs {
-		tenant, group, ok := strings.Cut(pair, "=")
-		tenant, group = strings.TrimSpace(tenant), strings.TrimSpace(group)
-		if !ok || tenant == "" || group == "" {
-			return Mappings{}, fmt.Errorf("mapping %q: want tenant=group", pair)
-		}
-		// An API group is a DNS subdomain; anything else can never match an RBAC rule
-		// and would silently deny every pod of the tenant.
-		if errs := validation.IsDNS1123Subdomain(group); len(errs) > 0 {
-			return Mappings{}, fmt.Errorf("mapping %q: group %q is not a valid API group: %s", pair, group, strings.Join(errs, "; "))
+		tenant, group, err := parsePair(pair)
+		if err != nil {
+			return Mappings{}, err
 		}
 		if prev, dup := groups[tenant]; dup && prev != group {
 			return Mappings{}, fmt.Errorf("mapping %q: tenant %q is already mapped to %q", pair, tenant, prev)
@@ -39,6 +33,21 @@ func Parse(pairs []string) (Mappings, error) {
 		groups[tenant] = group
 	}
 	return Mappings{groups: groups}, nil
+}
+
+// parsePair splits and checks one "tenant=group" pair.
+func parsePair(pair string) (tenant, group string, err error) {
+	tenant, group, ok := strings.Cut(pair, "=")
+	tenant, group = strings.TrimSpace(tenant), strings.TrimSpace(group)
+	if !ok || tenant == "" || group == "" {
+		return "", "", fmt.Errorf("mapping %q: want tenant=group", pair)
+	}
+	// An API group is a DNS subdomain; anything else can never match an RBAC rule
+	// and would silently deny every pod of the tenant.
+	if errs := validation.IsDNS1123Subdomain(group); len(errs) > 0 {
+		return "", "", fmt.Errorf("mapping %q: group %q is not a valid API group: %s", pair, group, strings.Join(errs, "; "))
+	}
+	return tenant, group, nil
 }
 
 // Group returns the API group of a tenant: its own mapping, else the fallback.

@@ -97,32 +97,56 @@ type source struct {
 // New compiles the embedded modules plus opts.Dir, loads opts.DataFile and
 // returns a ready Evaluator.
 func New(_ context.Context, opts Options) (*Evaluator, error) {
+	snap, err := readSnapshot(opts)
+	if err != nil {
+		return nil, err
+	}
+	return snap.build()
+}
+
+// snapshot is everything an Evaluator is built from, read once: New and the
+// Reloader compile exactly the bytes they fingerprint.
+type snapshot struct {
+	sources  map[string]source // by base name: embedded defaults overlaid by opts.Dir
+	dataFile string            // "" when there is none
+	data     []byte
+}
+
+// readSnapshot reads the embedded modules, opts.Dir's policies and opts.DataFile.
+func readSnapshot(opts Options) (snapshot, error) {
 	defaults, err := embeddedModules(false)
 	if err != nil {
-		return nil, err
+		return snapshot{}, err
 	}
-	sources := make(map[string]source, len(defaults))
+	snap := snapshot{sources: make(map[string]source, len(defaults)), dataFile: opts.DataFile}
 	for name, text := range defaults {
-		sources[name] = source{filename: "embedded:" + embeddedDir + "/" + name, text: text}
+		snap.sources[name] = source{filename: "embedded:" + embeddedDir + "/" + name, text: text}
 	}
 	if opts.Dir != "" {
-		if err := addDir(sources, opts.Dir); err != nil {
-			return nil, err
+		if err := addDir(snap.sources, opts.Dir); err != nil {
+			return snapshot{}, err
 		}
 	}
+	if opts.DataFile != "" {
+		if snap.data, err = os.ReadFile(opts.DataFile); err != nil {
+			return snapshot{}, fmt.Errorf("reading data file %s: %w", opts.DataFile, err)
+		}
+	}
+	return snap, nil
+}
 
-	compiler, err := compile(sources)
+// build compiles the snapshot's modules and parses its data.
+func (s snapshot) build() (*Evaluator, error) {
+	compiler, err := compile(s.sources)
 	if err != nil {
 		return nil, err
 	}
-
 	data := map[string]any{}
-	if opts.DataFile != "" {
-		if data, err = loadData(opts.DataFile); err != nil {
+	if s.dataFile != "" {
+		if data, err = parseData(s.dataFile, s.data); err != nil {
 			return nil, err
 		}
 	}
-
 	return &Evaluator{
 		compiler: compiler,
 		store:    inmem.NewFromObject(data),
@@ -175,15 +199,13 @@ func compile(sources map[string]source) (*ast.Compiler, error) {
 	return c, nil
 }
 
-// loadData reads a JSON or YAML object. JSON bypasses the YAML converter and
-// numbers stay json.Number, so large or fractional values survive unchanged.
-func loadData(file string) (map[string]any, error) {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("reading data file %s: %w", file, err)
-	}
+// parseData parses a JSON or YAML object read from file. JSON bypasses the
+// YAML converter and numbers stay json.Number, so large or fractional values
+// survive unchanged.
+func parseData(file string, raw []byte) (map[string]any, error) {
 	js := raw
 	if !json.Valid(raw) {
+		var err error
 		if js, err = yaml.YAMLToJSON(raw); err != nil {
 			return nil, fmt.Errorf("parsing data file %s: %w", file, err)
 		}
