@@ -46,8 +46,9 @@ lint: ## gofmt and go vet, in both modules.
 bench: ## Benchmarks of the decision path, the policy and the cache tiers.
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
 
-run: build controlplane ## A local control plane, example RBAC and the bridge on loopback.
-	cd test && $(GO) run ./cmd/local-cluster --bridge $(CURDIR)/$(BIN) --dir $(RUN_DIR)
+run: build controlplane ## A local control plane, example RBAC and the bridge on loopback; Ctrl-C stops it all.
+	cd test && $(GO) build -o $(CURDIR)/bin/local-cluster ./cmd/local-cluster
+	exec bin/local-cluster --bridge $(CURDIR)/$(BIN) --dir $(RUN_DIR)
 
 FUZZTIME ?= 2m
 fuzz: ## Fuzz request decoding and the decision pipeline, $(FUZZTIME) per target.

@@ -153,7 +153,7 @@ func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.Ra
 			return d, NewInputError(err.Error())
 		}
 		if err := a.vouch(ctx, subject); err != nil {
-			level.Info(a.logger).Log(append(logFields, "caller", callerName(ctx), "msg", "rejected input.user", "err", err)...)
+			level.Info(a.logger).Log(append(logFields, "client", callerName(ctx), "msg", "rejected input.user", "err", err)...)
 			return d, err
 		}
 	}
@@ -165,7 +165,7 @@ func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.Ra
 	if req.Node != nil && req.Node.Name != "" {
 		nodeName = req.Node.Name
 	}
-	logFields = append(logFields, "caller", callerName(ctx), "subject", subject.Username, "namespace", pod.Namespace, "pod", pod.Name, "operation", operation)
+	logFields = append(logFields, "client", callerName(ctx), "subject", subject.Username, "namespace", pod.Namespace, "pod", pod.Name, "operation", operation)
 
 	ns, err := a.view.Namespace(ctx, pod.Namespace)
 	var summary reviewSummary
@@ -212,7 +212,7 @@ func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.Ra
 	}
 	allowed, reason := summarize(d.Result, d.Defined)
 	outcome = allowed
-	level.Info(a.logger).Log(append(logFields, "msg", "decision", "allowed", allowed, "reason", reason,
+	level.Info(a.logger).Log(append(logFields, "msg", "decision", "outcome", allowed, "reason", reason,
 		"cache_hit", cacheHit, "duration", time.Since(start))...)
 	return d, nil
 }

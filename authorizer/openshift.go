@@ -135,7 +135,7 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 	logFields = append(logFields, "subject", in.Subject, "tenant", in.Tenant, "permission", in.Permission, "resource", in.Resource)
 	deny := func(reason string) (Decision, error) {
 		outcome = "denied"
-		level.Info(a.logger).Log(append(logFields, "msg", "decision", "allowed", "denied", "reason", reason, "duration", time.Since(start))...)
+		level.Info(a.logger).Log(append(logFields, "msg", "decision", "outcome", "denied", "reason", reason, "duration", time.Since(start))...)
 		return Decision{Defined: true, Result: false}, nil
 	}
 
@@ -191,7 +191,7 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 	if allowedResult(result) {
 		outcome = "allowed"
 	}
-	level.Info(a.logger).Log(append(logFields, "msg", "decision", "allowed", outcome, "reason", reason, "duration", time.Since(start))...)
+	level.Info(a.logger).Log(append(logFields, "msg", "decision", "outcome", outcome, "reason", reason, "duration", time.Since(start))...)
 	return Decision{Defined: true, Result: result}, nil
 }
 
