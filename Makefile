@@ -43,8 +43,8 @@ lint: ## gofmt and go vet, in both modules.
 	$(GO) vet ./...
 	cd test && $(GO) vet ./...
 
-bench: ## Benchmarks of the decision path, the policy and the cache tiers.
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
+bench: deps ## Benchmarks of the decision path, the policy and the cache tiers, as ratios to same-run baselines.
+	hack/bench.sh
 
 run: build controlplane ## A local control plane, example RBAC and the bridge on loopback; Ctrl-C stops it all.
 	cd test && $(GO) build -o $(CURDIR)/bin/local-cluster ./cmd/local-cluster

@@ -2,7 +2,6 @@ package cache
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 )
@@ -41,21 +40,5 @@ func TestMemory(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func BenchmarkMemoryGetHit(b *testing.B) {
-	ctx := context.Background()
-	c := NewMemory(1024)
-	keys := make([]string, 256)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("key-%d", i)
-		_ = c.Set(ctx, keys[i], []byte("value"), time.Hour)
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, ok, _ := c.Get(ctx, keys[i%len(keys)]); !ok {
-			b.Fatal("miss")
-		}
 	}
 }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the benchmarks and reports each figure as a ratio to a baseline measured in the
+# same run, since absolute times on a shared 2-core machine vary from run to run.
+#
+#   hack/bench.sh            # COUNT=5 by default; the fastest of the runs is kept
+set -euo pipefail
+cd "$(dirname "$0")/.."
+count=${COUNT:-5}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+go test -run '^$' -bench '^BenchmarkGetHit$' -benchtime 20000x -count "$count" ./cache/ | tee -a "$out"
+go test -run '^$' -bench '^(BenchmarkEvalDecision|BenchmarkDecide)$' -benchmem -count "$count" ./policies/ ./authorizer/ | tee -a "$out"
+echo
+awk '
+  /^Benchmark/ { name = $1; sub(/-[0-9]+$/, "", name); ns = $3 + 0
+                 if (!(name in best) || ns < best[name]) best[name] = ns }
+  function ratio(label, num, den) {
+    if ((num in best) && (den in best))
+      printf "  %-52s %9.0f ns / %9.0f ns = %7.2fx\n", label, best[num], best[den], best[num] / best[den]
+  }
+  END {
+    print "ratios (fastest of each, same run):"
+    ratio("cache: tiered front hit / memory hit", "BenchmarkGetHit/tiered", "BenchmarkGetHit/memory")
+    ratio("cache: memcached hit / memory hit", "BenchmarkGetHit/memcached", "BenchmarkGetHit/memory")
+    ratio("decision (cached review) / policy evaluation alone", "BenchmarkDecide/cache-hit", "BenchmarkEvalDecision")
+    ratio("decision (fake API review) / decision (cached review)", "BenchmarkDecide/review-each-time", "BenchmarkDecide/cache-hit")
+  }' "$out"
