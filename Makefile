@@ -9,7 +9,7 @@ GO_SOURCES  := $(shell find . -name '*.go' -not -path './test/*' -not -path './.
 
 export SAR_BRIDGE_CACHE := $(CACHE_DIR)
 
-.PHONY: all build test unit e2e lint controlplane deps bench run fuzz clean help
+.PHONY: all build test unit e2e lint controlplane deps bench run fuzz rego-test clean help
 
 all: build
 
@@ -49,6 +49,10 @@ bench: deps ## Benchmarks of the decision path, the policy and the cache tiers, 
 run: build controlplane ## A local control plane, example RBAC and the bridge on loopback; Ctrl-C stops it all.
 	cd test && $(GO) build -o $(CURDIR)/bin/local-cluster ./cmd/local-cluster
 	exec bin/local-cluster --bridge $(CURDIR)/$(BIN) --dir $(RUN_DIR)
+
+OPA_VERSION := $(shell awk '$$1 == "github.com/open-policy-agent/opa" {print $$2}' go.mod)
+rego-test: ## The Rego tests under the opa CLI itself (the version go.mod pins).
+	$(GO) run github.com/open-policy-agent/opa@$(OPA_VERSION) test policies/ -v
 
 FUZZTIME ?= 2m
 fuzz: ## Fuzz request decoding and the decision pipeline, $(FUZZTIME) per target.
