@@ -15,68 +15,35 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	k8sauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/sar-bridge/sar-bridge/cache"
-	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
 	"github.com/sar-bridge/sar-bridge/policies"
 )
 
-// The fuzz targets build their own fakes so that they depend on nothing but the
-// package's behaviour and keep memory flat over millions of runs.
+// The fuzz targets use the fakes of the unit tests: newView's cluster, with a
+// taint on vk-a for the protected-taint rules, and fakeReviewer with a fixed
+// answer, whose record forget clears after each run so that memory stays flat
+// over millions of runs.
 
-type fuzzView struct {
-	namespaces map[string]*corev1.Namespace
-	nodes      map[string]*corev1.Node
+func newFuzzView() *fakeView {
+	v := newView()
+	v.nodes["vk-a"].Spec.Taints = []corev1.Taint{{Key: "gpu", Value: "a100", Effect: corev1.TaintEffectNoSchedule}}
+	return v
 }
 
-func (v *fuzzView) Synced() bool { return true }
-
-func (v *fuzzView) Namespace(_ context.Context, name string) (*corev1.Namespace, error) {
-	if ns, ok := v.namespaces[name]; ok {
-		return ns, nil
-	}
-	return nil, fmt.Errorf("namespace %q: %w", name, kube.ErrNamespaceNotFound)
+// forget drops the reviews f has recorded.
+func (f *fakeReviewer) forget() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls, f.specs = 0, nil
 }
 
-func (v *fuzzView) Node(name string) (*corev1.Node, bool) {
-	n, ok := v.nodes[name]
-	return n, ok
-}
-
-func newFuzzView() *fuzzView {
-	ns := func(name string, labels map[string]string) *corev1.Namespace {
-		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	}
-	return &fuzzView{
-		namespaces: map[string]*corev1.Namespace{
-			"team-a":   ns("team-a", map[string]string{"interlink.io/tenant": "team-a", "interlink.io/billing-project": "proj-7"}),
-			"labelled": ns("labelled", map[string]string{"interlink.io/tenant": "tenant-b"}),
-			"orphan":   ns("orphan", nil),
-		},
-		nodes: map[string]*corev1.Node{
-			"vk-a": {ObjectMeta: metav1.ObjectMeta{Name: "vk-a", Labels: map[string]string{"interlink.io/tenant": "team-a"}},
-				Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: "gpu", Value: "a100", Effect: corev1.TaintEffectNoSchedule}}},
-				Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}}},
-			"vk-b": {ObjectMeta: metav1.ObjectMeta{Name: "vk-b", Labels: map[string]string{"interlink.io/tenant": "tenant-b"}}},
-		},
-	}
-}
-
-// fuzzReviewer answers every review the same way.
-type fuzzReviewer struct{ allow bool }
-
-func (r fuzzReviewer) Review(context.Context, authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error) {
-	if r.allow {
-		return authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: "fuzz: allow all"}, nil
-	}
-	return authorizationv1.SubjectAccessReviewStatus{Reason: "fuzz: deny all"}, nil
-}
+// denyAll answers every review with a denial.
+var denyAll = rbacByVerb()
 
 // impersonateAll lets every authenticated caller impersonate anyone.
 var impersonateAll = k8sauthorizer.AuthorizerFunc(func(context.Context, k8sauthorizer.Attributes) (k8sauthorizer.Decision, string, error) {
@@ -114,11 +81,13 @@ func newFuzzEvaluator(tb testing.TB, dir string) *policies.Evaluator {
 }
 
 // newFuzzAuthorizers returns one Authorizer per flag combination, all with the real
-// embedded policy. Bit 0: input.user is vouched for by an impersonation authorizer
-// that lets every authenticated caller (see fuzzContext) impersonate anyone;
-// bit 1: node access reviews.
-func newFuzzAuthorizers(f *testing.F, allow bool) [4]*Authorizer {
+// embedded policy and a reviewer that answers every review with answer. Bit 0:
+// input.user is vouched for by an impersonation authorizer that lets every
+// authenticated caller (see fuzzContext) impersonate anyone; bit 1: node access
+// reviews.
+func newFuzzAuthorizers(f *testing.F, answer func(authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error)) ([4]*Authorizer, *fakeReviewer) {
 	f.Helper()
+	rev := &fakeReviewer{answer: answer}
 	eval := newFuzzEvaluator(f, f.TempDir())
 	maps, err := mapping.Parse([]string{"team-a=interlink.io", "tenant-b=tenant-b.interlink.io"})
 	if err != nil {
@@ -127,13 +96,13 @@ func newFuzzAuthorizers(f *testing.F, allow bool) [4]*Authorizer {
 	var out [4]*Authorizer
 	for i := range out {
 		cfg := Config{Mappings: maps, TenantLabel: "interlink.io/tenant", NodeAccess: i&2 != 0}
-		cr := NewCachingReviewer(fuzzReviewer{allow: allow}, cache.NewMemory(100), CachingReviewerOptions{AllowedTTL: time.Minute, DeniedTTL: time.Minute})
+		cr := NewCachingReviewer(rev, cache.NewMemory(100), CachingReviewerOptions{AllowedTTL: time.Minute, DeniedTTL: time.Minute})
 		out[i] = New(cfg, cr, newFuzzView(), eval, nil, nil)
 		if i&1 != 0 {
 			out[i].SetImpersonationAuthorizer(impersonateAll)
 		}
 	}
-	return out
+	return out, rev
 }
 
 // fuzzSeeds are valid and nearly valid inputs.
@@ -247,8 +216,9 @@ func isAllowed(path []string, d Decision) (allowed, ok bool) {
 // everything: whatever the input, nothing is allowed, and the documents stay defined.
 func FuzzDecide(f *testing.F) {
 	addSeeds(f)
-	auths := newFuzzAuthorizers(f, false)
+	auths, rev := newFuzzAuthorizers(f, denyAll)
 	f.Fuzz(func(t *testing.T, raw []byte, flags uint8) {
+		defer rev.forget()
 		path := fuzzDocument(flags)
 		d, err := auths[flags&3].Decide(fuzzContext(flags), path, json.RawMessage(raw))
 		checkFuzzError(t, d, err)
@@ -275,8 +245,9 @@ func FuzzDecide(f *testing.F) {
 //     must not hang on JSON spelling that Go ignores.
 func FuzzAllowAllReviewer(f *testing.F) {
 	addSeeds(f)
-	auths := newFuzzAuthorizers(f, true)
+	auths, rev := newFuzzAuthorizers(f, allowAll)
 	f.Fuzz(func(t *testing.T, raw []byte, flags uint8) {
+		defer rev.forget()
 		a, path, ctx := auths[flags&3], fuzzDocument(flags), fuzzContext(flags)
 		d, err := a.Decide(ctx, path, json.RawMessage(raw))
 		checkFuzzError(t, d, err)
@@ -361,7 +332,7 @@ func TestCaseVariantKeysReachThePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cr := NewCachingReviewer(fuzzReviewer{allow: true}, cache.NewMemory(100), CachingReviewerOptions{AllowedTTL: time.Minute})
+	cr := NewCachingReviewer(&fakeReviewer{answer: allowAll}, cache.NewMemory(100), CachingReviewerOptions{AllowedTTL: time.Minute})
 	a := New(Config{Mappings: maps, TenantLabel: "interlink.io/tenant"}, cr, newFuzzView(), newFuzzEvaluator(t, t.TempDir()), nil, nil)
 	for _, in := range []string{
 		`{"operation": "create", "Pod": {"metadata": {"namespace": "team-a"}, "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "64"}}}]}}}`,

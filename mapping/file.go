@@ -6,17 +6,17 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
-	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sar-bridge/sar-bridge/hotreload"
 )
 
 // DefaultReloadInterval is how often a Source checks its file when NewSource is given
 // no interval.
-const DefaultReloadInterval = 5 * time.Second
+const DefaultReloadInterval = hotreload.DefaultInterval
 
 // ParseFile reads a mappings file, as given to --openshift.mappings-file.
 //
@@ -88,21 +88,7 @@ func Merge(flags, file Mappings) (Mappings, error) {
 // sar_bridge_mapping_reloads_total{result="failure"}, and the last good mappings keep
 // serving.
 type Source struct {
-	flags    Mappings
-	file     string
-	interval time.Duration
-	logger   log.Logger
-	current  atomic.Pointer[Mappings]
-	gen      atomic.Uint64
-
-	reloads     *prometheus.CounterVec
-	lastSuccess prometheus.Gauge
-
-	// Owned by the watch loop after NewSource returns.
-	goodHash [sha256.Size]byte
-	failed   string // last rejected state, reported once
-
-	done chan struct{} // closed when the watch loop has stopped
+	v *hotreload.Value[Mappings]
 }
 
 // NewSource merges flagMappings with the mappings of file (when not empty) and
@@ -111,131 +97,63 @@ type Source struct {
 // be nil; reg registers sar_bridge_mapping_reloads_total and
 // sar_bridge_mapping_last_reload_success.
 func NewSource(ctx context.Context, flagMappings Mappings, file string, interval time.Duration, logger log.Logger, reg prometheus.Registerer) (*Source, error) {
-	if interval <= 0 {
-		interval = DefaultReloadInterval
-	}
-	if logger == nil {
-		logger = log.NewNopLogger()
-	}
-	s := &Source{
-		flags: flagMappings, file: file, interval: interval,
-		logger: log.With(logger, "component", "mappings-reloader"),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sar_bridge_mapping_reloads_total",
-			Help: "Tenant mapping reloads after a change of the mappings file, by result (success, failure).",
-		}, []string{"result"}),
-		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sar_bridge_mapping_last_reload_success",
-			Help: "1 when the mappings file last seen was loaded, 0 when it was rejected and older mappings are serving.",
-		}),
-		done: make(chan struct{}),
-	}
-	s.reloads.WithLabelValues("success")
-	s.reloads.WithLabelValues("failure")
-
-	current := flagMappings
-	if file != "" {
+	load := func(Mappings) (hotreload.Snapshot[Mappings], error) {
+		if file == "" {
+			return hotreload.Snapshot[Mappings]{Build: func(context.Context) (Mappings, error) { return flagMappings, nil }}, nil
+		}
 		raw, err := os.ReadFile(file)
 		if err != nil {
-			return nil, fmt.Errorf("reading mappings file: %w", err)
+			return hotreload.Snapshot[Mappings]{}, fmt.Errorf("reading mappings file: %w", err)
 		}
-		if current, err = s.load(raw); err != nil {
-			return nil, err
-		}
-		s.goodHash = sha256.Sum256(raw)
+		return hotreload.Snapshot[Mappings]{
+			Fingerprint: sha256.Sum256(raw),
+			Build:       func(context.Context) (Mappings, error) { return merge(flagMappings, file, raw) },
+		}, nil
 	}
-	s.current.Store(&current)
-	s.lastSuccess.Set(1)
-	if reg != nil {
-		for _, c := range []prometheus.Collector{s.reloads, s.lastSuccess} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("registering mapping reload metrics: %w", err)
-			}
-		}
+	var logKeyvals []any
+	if file != "" {
+		logKeyvals = []any{"file", file}
 	}
-	if file == "" {
-		close(s.done)
-		return s, nil
+	v, err := hotreload.New(ctx, hotreload.Options[Mappings]{
+		Name:            "mapping",
+		ReloadsHelp:     "Tenant mapping reloads after a change of the mappings file, by result (success, failure).",
+		LastSuccessHelp: "1 when the mappings file last seen was loaded, 0 when it was rejected and older mappings are serving.",
+		Interval:        interval,
+		Logger:          logger,
+		Component:       "mappings-reloader",
+		LogKeyvals:      logKeyvals,
+		Reloaded:        "mappings reloaded",
+		Rejected:        "mappings reload rejected; the last good mappings keep serving",
+		Restored:        "mappings file is back to the serving version",
+		Describe:        func(m Mappings) []any { return []any{"mappings", m.String()} },
+		Registerer:      reg,
+		Static:          file == "",
+	}, load)
+	if err != nil {
+		return nil, err
 	}
-	go s.watch(ctx)
-	return s, nil
+	return &Source{v: v}, nil
 }
 
 // Current returns the mappings in force.
-func (s *Source) Current() Mappings { return *s.current.Load() }
+func (s *Source) Current() Mappings { return s.v.Current() }
 
 // Group returns the API group of a tenant under the current mappings; see
 // Mappings.Group.
 func (s *Source) Group(tenant string) (string, bool) { return s.Current().Group(tenant) }
 
 // Generation counts the successful reloads since NewSource.
-func (s *Source) Generation() uint64 { return s.gen.Load() }
+func (s *Source) Generation() uint64 { return s.v.Generation() }
 
-func (s *Source) load(raw []byte) (Mappings, error) {
-	fromFile, err := parseFile(s.file, raw)
+// merge parses the content raw of the mappings file and merges it with the flags.
+func merge(flags Mappings, file string, raw []byte) (Mappings, error) {
+	fromFile, err := parseFile(file, raw)
 	if err != nil {
 		return Mappings{}, err
 	}
-	merged, err := Merge(s.flags, fromFile)
+	merged, err := Merge(flags, fromFile)
 	if err != nil {
-		return Mappings{}, fmt.Errorf("mappings file %s: %w", s.file, err)
+		return Mappings{}, fmt.Errorf("mappings file %s: %w", file, err)
 	}
 	return merged, nil
-}
-
-func (s *Source) watch(ctx context.Context) {
-	defer close(s.done)
-	t := time.NewTicker(s.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.check()
-		}
-	}
-}
-
-func (s *Source) check() {
-	raw, err := os.ReadFile(s.file)
-	if err != nil {
-		s.reject("read:"+err.Error(), fmt.Errorf("reading mappings file: %w", err))
-		return
-	}
-	sum := sha256.Sum256(raw)
-	if sum == s.goodHash {
-		if s.failed != "" {
-			s.failed = ""
-			s.lastSuccess.Set(1)
-			level.Info(s.logger).Log("msg", "mappings file is back to the serving version", "file", s.file)
-		}
-		return
-	}
-	key := fmt.Sprintf("%x", sum)
-	if key == s.failed {
-		return
-	}
-	m, err := s.load(raw)
-	if err != nil {
-		s.reject(key, err)
-		return
-	}
-	s.current.Store(&m)
-	s.goodHash, s.failed = sum, ""
-	gen := s.gen.Add(1)
-	s.reloads.WithLabelValues("success").Inc()
-	s.lastSuccess.Set(1)
-	level.Info(s.logger).Log("msg", "mappings reloaded", "file", s.file, "generation", gen, "mappings", m.String())
-}
-
-func (s *Source) reject(key string, err error) {
-	if key == s.failed {
-		return
-	}
-	s.failed = key
-	s.reloads.WithLabelValues("failure").Inc()
-	s.lastSuccess.Set(0)
-	level.Error(s.logger).Log("msg", "mappings reload rejected; the last good mappings keep serving",
-		"file", s.file, "generation", s.gen.Load(), "err", err)
 }

@@ -1,18 +1,18 @@
 package mapping
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-kit/log"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sar-bridge/sar-bridge/hotreload/hotreloadtest"
 )
 
 func writeMappings(t *testing.T, dir, content string) string {
@@ -105,38 +105,10 @@ func TestMerge(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func waitFor(t *testing.T, what string, cond func() bool, logs *syncBuffer) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestSourceReload(t *testing.T) {
 	dir := t.TempDir()
 	file := writeMappings(t, dir, "team-a=a.interlink.io\n")
-	logs := &syncBuffer{}
+	logs := &hotreloadtest.SyncBuffer{}
 	reg := prometheus.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := NewSource(ctx, mustParse(t, "*=interlink.io"), file, 10*time.Millisecond, log.NewLogfmtLogger(logs), reg)
@@ -144,7 +116,7 @@ func TestSourceReload(t *testing.T) {
 		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); <-s.done })
+	t.Cleanup(func() { cancel(); <-s.v.Done() })
 
 	group := func(tenant string) string {
 		g, _ := s.Group(tenant)
@@ -152,18 +124,10 @@ func TestSourceReload(t *testing.T) {
 	}
 	metrics := func(success, failure, last float64) {
 		t.Helper()
-		if got := testutil.ToFloat64(s.reloads.WithLabelValues("success")); got != success {
-			t.Errorf("reloads{success} = %v, want %v", got, success)
-		}
-		if got := testutil.ToFloat64(s.reloads.WithLabelValues("failure")); got != failure {
-			t.Errorf("reloads{failure} = %v, want %v", got, failure)
-		}
-		if got := testutil.ToFloat64(s.lastSuccess); got != last {
-			t.Errorf("last_reload_success = %v, want %v", got, last)
-		}
+		hotreloadtest.CheckMetrics(t, s.v, success, failure, last)
 	}
-	failures := func() float64 { return testutil.ToFloat64(s.reloads.WithLabelValues("failure")) }
-	settle := func() { time.Sleep(100 * time.Millisecond) }
+	failures := func() float64 { return hotreloadtest.Failures(s.v) }
+	settle := hotreloadtest.Settle
 
 	if group("team-a") != "a.interlink.io" || group("team-b") != "interlink.io" {
 		t.Fatalf("initial mappings = %s", s.Current())
@@ -171,7 +135,7 @@ func TestSourceReload(t *testing.T) {
 	metrics(0, 0, 1)
 
 	writeMappings(t, dir, "team-a=a.interlink.io\nteam-b=b.interlink.io\n")
-	waitFor(t, "generation 1", func() bool { return s.Generation() == 1 }, logs)
+	hotreloadtest.WaitFor(t, "generation 1", func() bool { return s.Generation() == 1 }, logs)
 	if group("team-b") != "b.interlink.io" {
 		t.Fatalf("after reload: %s", s.Current())
 	}
@@ -179,7 +143,7 @@ func TestSourceReload(t *testing.T) {
 
 	// Broken: rejected once, the last good mappings keep serving.
 	writeMappings(t, dir, "team-a=a.interlink.io\nteam-b=Bad_Group\n")
-	waitFor(t, "a failure", func() bool { return failures() == 1 }, logs)
+	hotreloadtest.WaitFor(t, "a failure", func() bool { return failures() == 1 }, logs)
 	settle()
 	if s.Generation() != 1 || group("team-b") != "b.interlink.io" {
 		t.Fatalf("broken file swapped in: generation %d, %s", s.Generation(), s.Current())
@@ -191,7 +155,7 @@ func TestSourceReload(t *testing.T) {
 
 	// A conflict with the flags is rejected too.
 	writeMappings(t, dir, "*=other.interlink.io\n")
-	waitFor(t, "a second failure", func() bool { return failures() == 2 }, logs)
+	hotreloadtest.WaitFor(t, "a second failure", func() bool { return failures() == 2 }, logs)
 	settle()
 	if s.Generation() != 1 || group("team-c") != "interlink.io" {
 		t.Fatalf("conflicting file swapped in: %s", s.Current())
@@ -201,7 +165,7 @@ func TestSourceReload(t *testing.T) {
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a third failure", func() bool { return failures() == 3 }, logs)
+	hotreloadtest.WaitFor(t, "a third failure", func() bool { return failures() == 3 }, logs)
 	settle()
 	if group("team-b") != "b.interlink.io" {
 		t.Fatalf("missing file dropped the mappings: %s", s.Current())
@@ -209,30 +173,11 @@ func TestSourceReload(t *testing.T) {
 
 	// Fixed: reloads.
 	writeMappings(t, dir, "team-b=b2.interlink.io\n")
-	waitFor(t, "generation 2", func() bool { return s.Generation() == 2 }, logs)
+	hotreloadtest.WaitFor(t, "generation 2", func() bool { return s.Generation() == 2 }, logs)
 	if group("team-b") != "b2.interlink.io" || group("team-a") != "interlink.io" {
 		t.Fatalf("after fix: %s", s.Current())
 	}
 	metrics(2, 3, 1)
-}
-
-func TestSourceRevertClearsFailure(t *testing.T) {
-	dir := t.TempDir()
-	file := writeMappings(t, dir, "a=a.io\n")
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := NewSource(ctx, Mappings{}, file, 10*time.Millisecond, nil, nil)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); <-s.done })
-	writeMappings(t, dir, "a\n")
-	waitFor(t, "a failure", func() bool { return testutil.ToFloat64(s.lastSuccess) == 0 }, &syncBuffer{})
-	writeMappings(t, dir, "a=a.io\n")
-	waitFor(t, "recovery", func() bool { return testutil.ToFloat64(s.lastSuccess) == 1 }, &syncBuffer{})
-	if s.Generation() != 0 {
-		t.Errorf("generation = %d after a revert, want 0", s.Generation())
-	}
 }
 
 func TestNewSource(t *testing.T) {
@@ -242,7 +187,7 @@ func TestNewSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-s.done
+	<-s.v.Done()
 	if g, ok := s.Group("a"); !ok || g != "a.io" {
 		t.Errorf("Group(a) = %q %v", g, ok)
 	}
@@ -277,41 +222,4 @@ sar_bridge_mapping_reloads_total{result="success"} 0
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
-}
-
-func TestSourceConcurrentReads(t *testing.T) {
-	dir := t.TempDir()
-	file := writeMappings(t, dir, "a=v0.io\n")
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := NewSource(ctx, Mappings{}, file, 5*time.Millisecond, nil, nil)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); <-s.done })
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if g, ok := s.Group("a"); !ok || !strings.HasSuffix(g, ".io") {
-					t.Errorf("Group(a) = %q %v during reloads", g, ok)
-					return
-				}
-			}
-		}()
-	}
-	for i := 1; i <= 3; i++ {
-		writeMappings(t, dir, "a=v"+string(rune('0'+i))+".io\n")
-		waitFor(t, "reload", func() bool { return s.Generation() == uint64(i) }, &syncBuffer{})
-	}
-	close(stop)
-	wg.Wait()
 }

@@ -1,38 +1,21 @@
 package policies
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-kit/log"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sar-bridge/sar-bridge/hotreload/hotreloadtest"
 )
-
-// syncBuffer is a log sink the watch loop and the test share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // replaceFile writes content to dir/name through a rename, as editors and
 // configuration tools do, so that the watch never reads a half-written file.
@@ -49,7 +32,7 @@ func replaceFile(t *testing.T, dir, name, content string) string {
 type reloadFixture struct {
 	r    *Reloader
 	reg  *prometheus.Registry
-	logs *syncBuffer
+	logs *hotreloadtest.SyncBuffer
 	dir  string
 	data string
 }
@@ -62,7 +45,7 @@ func newReloadFixture(t *testing.T, files map[string]string, data string) *reloa
 	}
 	dataFile := writeFile(t, t.TempDir(), "data.yaml", data)
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &reloadFixture{reg: prometheus.NewRegistry(), logs: &syncBuffer{}, dir: dir, data: dataFile}
+	f := &reloadFixture{reg: prometheus.NewRegistry(), logs: &hotreloadtest.SyncBuffer{}, dir: dir, data: dataFile}
 	r, err := NewReloader(ctx, ReloaderOptions{
 		Options:  Options{Dir: dir, DataFile: dataFile},
 		Interval: 10 * time.Millisecond,
@@ -73,7 +56,7 @@ func newReloadFixture(t *testing.T, files map[string]string, data string) *reloa
 		t.Fatalf("NewReloader: %v", err)
 	}
 	// Stop the watch before the temporary directories go.
-	t.Cleanup(func() { cancel(); <-r.done })
+	t.Cleanup(func() { cancel(); <-r.v.Done() })
 	f.r = r
 	return f
 }
@@ -90,13 +73,7 @@ func (f *reloadFixture) eval(t *testing.T, path ...string) any {
 // waitGeneration polls until Generation reaches want.
 func (f *reloadFixture) waitGeneration(t *testing.T, want uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for f.r.Generation() < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("generation = %d after 10s, want %d; logs:\n%s", f.r.Generation(), want, f.logs)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	hotreloadtest.WaitFor(t, fmt.Sprintf("generation %d", want), func() bool { return f.r.Generation() >= want }, f.logs)
 	if got := f.r.Generation(); got != want {
 		t.Fatalf("generation = %d, want %d", got, want)
 	}
@@ -105,29 +82,12 @@ func (f *reloadFixture) waitGeneration(t *testing.T, want uint64) {
 // waitFailures polls until the failure counter reaches want.
 func (f *reloadFixture) waitFailures(t *testing.T, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(f.r.reloads.WithLabelValues("failure")) < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("failures = %v after 10s, want %v; logs:\n%s", testutil.ToFloat64(f.r.reloads.WithLabelValues("failure")), want, f.logs)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	hotreloadtest.WaitFor(t, fmt.Sprintf("%v failures", want), func() bool { return hotreloadtest.Failures(f.r.v) >= want }, f.logs)
 }
-
-// settle gives the watch loop time for several more checks.
-func settle() { time.Sleep(100 * time.Millisecond) }
 
 func (f *reloadFixture) metrics(t *testing.T, success, failure, last float64) {
 	t.Helper()
-	if got := testutil.ToFloat64(f.r.reloads.WithLabelValues("success")); got != success {
-		t.Errorf("reloads{success} = %v, want %v", got, success)
-	}
-	if got := testutil.ToFloat64(f.r.reloads.WithLabelValues("failure")); got != failure {
-		t.Errorf("reloads{failure} = %v, want %v", got, failure)
-	}
-	if got := testutil.ToFloat64(f.r.lastSuccess); got != last {
-		t.Errorf("last_reload_success = %v, want %v", got, last)
-	}
+	hotreloadtest.CheckMetrics(t, f.r.v, success, failure, last)
 }
 
 const sitePolicy = `package site
@@ -153,7 +113,7 @@ func TestReloaderDataAndPolicyChanges(t *testing.T) {
 	// A broken policy is rejected: old behaviour, failure counted, file named.
 	broken := replaceFile(t, f.dir, "broken.rego", "package broken\n\nx := \n")
 	f.waitFailures(t, 1)
-	settle()
+	hotreloadtest.Settle()
 	if got := f.r.Generation(); got != 1 {
 		t.Fatalf("generation after a broken policy = %d, want 1", got)
 	}
@@ -168,7 +128,7 @@ func TestReloaderDataAndPolicyChanges(t *testing.T) {
 	// A compile error (parses, does not compile) is rejected as well.
 	replaceFile(t, f.dir, "broken.rego", "package broken\n\nx := y\n")
 	f.waitFailures(t, 2)
-	settle()
+	hotreloadtest.Settle()
 	f.metrics(t, 1, 2, 0)
 
 	// Fixing it reloads.
@@ -182,7 +142,7 @@ func TestReloaderDataAndPolicyChanges(t *testing.T) {
 	// A broken data file is rejected; the old data keeps serving.
 	replaceFile(t, filepath.Dir(f.data), "data.yaml", "cfg: [unclosed\n")
 	f.waitFailures(t, 3)
-	settle()
+	hotreloadtest.Settle()
 	if got := f.eval(t, "site", "value"); got != "two" || f.r.Generation() != 2 {
 		t.Fatalf("value after broken data = %v (generation %d), want two (2)", got, f.r.Generation())
 	}
@@ -195,13 +155,7 @@ func TestReloaderDataAndPolicyChanges(t *testing.T) {
 
 	// Reverting to the serving content clears the failure without a reload.
 	replaceFile(t, filepath.Dir(f.data), "data.yaml", "cfg:\n  value: two\n")
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(f.r.lastSuccess) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("last_reload_success stayed 0 after reverting the data file")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	hotreloadtest.WaitFor(t, "last_reload_success 1 after reverting the data file", func() bool { return hotreloadtest.LastSuccess(f.r.v) == 1 }, f.logs)
 	f.metrics(t, 2, 4, 1)
 	if f.r.Generation() != 2 {
 		t.Errorf("generation = %d after a revert, want 2", f.r.Generation())
@@ -239,7 +193,7 @@ func TestReloaderRejectsLosingTheDecision(t *testing.T) {
 	// but would leave every caller with an undefined document.
 	replaceFile(t, f.dir, "authz.rego", "package interlink.authz\n\nsomething_else := true\n")
 	f.waitFailures(t, 1)
-	settle()
+	hotreloadtest.Settle()
 	if f.r.Generation() != 0 {
 		t.Fatal("a policy without decision was swapped in")
 	}
@@ -257,24 +211,6 @@ func TestReloaderRejectsLosingTheDecision(t *testing.T) {
 	}
 }
 
-func TestReloaderMissingFileKeepsServing(t *testing.T) {
-	f := newReloadFixture(t, map[string]string{"site.rego": sitePolicy}, "cfg:\n  value: one\n")
-	if err := os.Remove(f.data); err != nil {
-		t.Fatal(err)
-	}
-	f.waitFailures(t, 1)
-	if got := f.eval(t, "site", "value"); got != "one" {
-		t.Fatalf("value = %v", got)
-	}
-	replaceFile(t, filepath.Dir(f.data), "data.yaml", "cfg:\n  value: three\n")
-	f.waitGeneration(t, 1)
-	if got := f.eval(t, "site", "value"); got != "three" {
-		t.Fatalf("value = %v", got)
-	}
-}
-
-// TestReloaderConfigMapSwap mimics the kubelet's atomic writer: the visible
-// files are symlinks through ..data, which is swapped to a new directory.
 func TestReloaderConfigMapSwap(t *testing.T) {
 	root := t.TempDir()
 	version := func(name, value string) {
@@ -309,8 +245,8 @@ func TestReloaderConfigMapSwap(t *testing.T) {
 		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); <-r.done })
-	f := &reloadFixture{r: r, logs: &syncBuffer{}}
+	t.Cleanup(func() { cancel(); <-r.v.Done() })
+	f := &reloadFixture{r: r, logs: &hotreloadtest.SyncBuffer{}}
 	if got := f.eval(t, "site", "value"); got != "one" {
 		t.Fatalf("value = %v", got)
 	}
@@ -341,7 +277,7 @@ func TestReloaderEmbeddedOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-r.done // nothing to watch: no goroutine is left behind
+	<-r.v.Done() // nothing to watch: no goroutine is left behind
 	v, defined, err := r.Eval(context.Background(), []string{"interlink", "authz", "allow"}, map[string]any{})
 	if err != nil || !defined || v != false {
 		t.Fatalf("allow = %v %v %v", v, defined, err)
@@ -358,28 +294,4 @@ sar_bridge_policy_reloads_total{result="success"} 0
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
-}
-
-func TestReloaderConcurrentEval(t *testing.T) {
-	f := newReloadFixture(t, map[string]string{"site.rego": sitePolicy}, "cfg:\n  value: v0\n")
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				if v, defined, err := f.r.Eval(context.Background(), []string{"site", "value"}, nil); err != nil || !defined || !strings.HasPrefix(v.(string), "v") {
-					t.Errorf("Eval during reload = %v %v %v", v, defined, err)
-					return
-				}
-			}
-		}()
-	}
-	for i := 1; i <= 3; i++ {
-		replaceFile(t, filepath.Dir(f.data), "data.yaml", "cfg:\n  value: v"+string(rune('0'+i))+"\n")
-		f.waitGeneration(t, uint64(i))
-	}
-	cancel()
-	wg.Wait()
 }
