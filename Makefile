@@ -1,7 +1,7 @@
 # sar-bridge: build, test and run. `make run` and `make test` do all set-up themselves.
 GO          ?= go
 BIN         := bin/sar-bridge
-CACHE_DIR   ?= $(HOME)/.cache/sar-bridge
+CACHE_DIR   ?= $(or $(SAR_BRIDGE_CACHE),$(HOME)/.cache/sar-bridge)
 RUN_DIR     ?= $(CURDIR)/.cache/run
 E2E_TIMEOUT ?= 20m
 GO_SOURCES  := $(shell find . -name '*.go' -not -path './test/*' -not -path './.cache/*') go.mod go.sum \
