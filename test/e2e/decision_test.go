@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,11 +113,10 @@ func TestRBACDecisions(t *testing.T) {
 	}
 }
 
-// A claimed input.user is never taken at face value: either it is ignored and the pod's
-// ServiceAccount is reviewed (200, denied), or the request is refused (403, OPA error
-// shape) because no authenticated caller vouches for it. Never an allow.
+// A claimed input.user is never taken at face value: with no authenticated caller to
+// vouch for it, the request is refused (403, OPA error shape) and nothing is reviewed.
 func TestInputUserNotTrusted(t *testing.T) {
-	b := shared(t)
+	b := newBridge(t)
 	in := input("create", newPod("team-a", "other", "job-1"), func(in map[string]any) {
 		in["user"] = map[string]any{"username": sa("team-a", "runner"), "groups": []string{"system:masters", "system:serviceaccounts:team-a"}}
 	})
@@ -124,16 +124,12 @@ func TestInputUserNotTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	switch r.Status {
-	case 200:
-		checkDecision(t, r, deny(mayNot(sa("team-a", "other"), "create", "pods.interlink.io", "team-a")...))
-	case 403:
-		if r.Allowed() || r.Error.Code == "" || r.Error.Message == "" {
-			t.Errorf("403 without the OPA error shape: %s", r)
-		}
-		t.Logf("input.user refused: %s", r)
-	default:
-		t.Errorf("want 200 (input.user ignored) or 403 (refused), got %s", r)
+	checkError(t, r, 403, "unauthorized")
+	if want := "input.user needs an authenticated caller"; !strings.Contains(r.Error.Message, want) {
+		t.Errorf("message %q, want it to contain %q", r.Error.Message, want)
+	}
+	if got := metric(t, b, reviewsTotal, nil); got != 0 {
+		t.Errorf("%s = %v after a refused input.user, want 0", reviewsTotal, got)
 	}
 }
 
