@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	k8sjson "sigs.k8s.io/json"
 
 	k8sauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
@@ -143,8 +144,8 @@ func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.Ra
 		level.Info(a.logger).Log(append(logFields, "msg", "rejected request", "err", err)...)
 		return d, err
 	}
-	if !a.view.Synced() {
-		return d, NewUnavailableError(errors.New("cluster view not synced yet: the Kubernetes API has not been listed"))
+	if err := a.waitForSync(ctx); err != nil {
+		return d, err
 	}
 
 	subject := ServiceAccountSubject(pod)
@@ -215,6 +216,27 @@ func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.Ra
 	level.Info(a.logger).Log(append(logFields, "msg", "decision", "outcome", allowed, "reason", reason,
 		"cache_hit", cacheHit, "duration", time.Since(start))...)
 	return d, nil
+}
+
+// maxSyncWait bounds how long a decision waits for the first list of the cluster.
+const maxSyncWait = 5 * time.Second
+
+// waitForSync holds a decision until the cluster view has its first list (a bridge that
+// just started), within the request's deadline and maxSyncWait: decisions are never
+// made on a partial view.
+func (a *Authorizer) waitForSync(ctx context.Context) error {
+	if a.view.Synced() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, maxSyncWait)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return a.view.Synced(), nil
+	})
+	if err != nil {
+		return NewUnavailableError(errors.New("cluster view not synced yet: the Kubernetes API has not been listed"))
+	}
+	return nil
 }
 
 // decodePodInput checks a pod decision's input and returns it both as the generic object

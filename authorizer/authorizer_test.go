@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,10 +30,10 @@ type fakeView struct {
 	namespaces map[string]*corev1.Namespace
 	nodes      map[string]*corev1.Node
 	nsErr      error
-	unsynced   bool
+	unsynced   atomic.Bool
 }
 
-func (v *fakeView) Synced() bool { return !v.unsynced }
+func (v *fakeView) Synced() bool { return !v.unsynced.Load() }
 
 func (v *fakeView) Namespace(_ context.Context, name string) (*corev1.Namespace, error) {
 	if v.nsErr != nil {
@@ -286,7 +287,7 @@ func TestDecideErrors(t *testing.T) {
 		{name: "input.user without name", input: podInput("create", "team-a", "runner", `, "user": {"groups": ["x"]}`), wantInput: true, wantMessage: "input.user.username is required"},
 		{name: "API down", input: podInput("create", "team-a", "runner", ""), answer: apiDown, wantMessage: "subject access review failed: dial tcp"},
 		{name: "namespace read fails", input: podInput("create", "new-ns", "runner", ""), view: func(v *fakeView) { v.nsErr = errors.New("connection refused") }, wantMessage: "connection refused"},
-		{name: "not synced", input: podInput("create", "team-a", "runner", ""), view: func(v *fakeView) { v.unsynced = true }, wantMessage: "cluster view not synced"},
+		{name: "not synced within the deadline", input: podInput("create", "team-a", "runner", ""), view: func(v *fakeView) { v.unsynced.Store(true) }, wantMessage: "cluster view not synced"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -299,7 +300,9 @@ func TestDecideErrors(t *testing.T) {
 				tt.view(view)
 			}
 			a := newTestAuthorizer(t, tt.cfg, &fakeReviewer{answer: answer}, view)
-			d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(tt.input))
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			d, err := a.Decide(ctx, decisionPath, json.RawMessage(tt.input))
 			var inputErr *InputError
 			var unavailable *UnavailableError
 			if tt.wantInput && !errors.As(err, &inputErr) || !tt.wantInput && !errors.As(err, &unavailable) {
@@ -419,5 +422,17 @@ func TestDecideImpersonation(t *testing.T) {
 				t.Errorf("result %v, reviews %+v; want allowed for %s", d.Result, rev.specs, tt.wantSubject)
 			}
 		})
+	}
+}
+
+// A decision that arrives before the first list waits for it rather than failing.
+func TestDecideWaitsForFirstSync(t *testing.T) {
+	view := newView()
+	view.unsynced.Store(true)
+	a := newTestAuthorizer(t, Config{}, &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}, view)
+	time.AfterFunc(100*time.Millisecond, func() { view.unsynced.Store(false) })
+	d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(podInput("create", "team-a", "runner", "")))
+	if err != nil || d.Result.(map[string]any)["allowed"] != true {
+		t.Fatalf("decision before the first sync = %v, %v; want it to wait and allow", d.Result, err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -129,8 +128,8 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 	if err := dec.Decode(&in); err != nil {
 		return Decision{}, inputErrorf("input: %v", err)
 	}
-	if !a.view.Synced() {
-		return Decision{}, NewUnavailableError(errors.New("cluster view not synced yet: the Kubernetes API has not been listed"))
+	if err := a.waitForSync(ctx); err != nil {
+		return Decision{}, err
 	}
 	logFields = append(logFields, "subject", in.Subject, "tenant", in.Tenant, "permission", in.Permission, "resource", in.Resource)
 	deny := func(reason string) (Decision, error) {

@@ -182,8 +182,8 @@ func (h *dataHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// documentPath turns /v1/data/a/b/c into [a b c], each segment unescaped on its own so
-// an escaped slash stays inside its segment.
+// documentPath turns /v1/data/a/b/c into [a b c]. An escaped slash is refused: callers
+// are authorized on the unescaped path, so a segment may not hide a slash.
 func documentPath(u *url.URL) ([]string, error) {
 	rest := strings.TrimPrefix(u.EscapedPath(), "/v1/data")
 	rest = strings.Trim(rest, "/")
@@ -193,7 +193,7 @@ func documentPath(u *url.URL) ([]string, error) {
 	parts := strings.Split(rest, "/")
 	for i, p := range parts {
 		seg, err := url.PathUnescape(p)
-		if err != nil || seg == "" {
+		if err != nil || seg == "" || strings.Contains(seg, "/") {
 			return nil, fmt.Errorf("invalid document path %q", u.Path)
 		}
 		parts[i] = seg
