@@ -276,18 +276,24 @@ func (b *Bridge) Send(method, contentType string, body []byte) (*Response, error
 	if err != nil {
 		return nil, err
 	}
-	r := &Response{Status: code, Body: data, Elapsed: time.Since(start)}
+	return parseResponse(code, data, time.Since(start)), nil
+}
+
+// parseResponse reads a decision answer or OPA error from a response body, keeping
+// whatever does not parse in ParseError.
+func parseResponse(status int, body []byte, elapsed time.Duration) *Response {
+	r := &Response{Status: status, Body: body, Elapsed: elapsed}
 	var wire struct {
 		Result     *Result `json:"result"`
 		DecisionID string  `json:"decision_id"`
 		OPAError
 	}
-	if err := json.Unmarshal(data, &wire); err == nil {
+	if err := json.Unmarshal(body, &wire); err == nil {
 		r.Result, r.DecisionID, r.Error = wire.Result, wire.DecisionID, wire.OPAError
 	} else {
 		r.ParseError = err
 	}
-	return r, nil
+	return r
 }
 
 // Decide posts {"input": input} and parses the answer.

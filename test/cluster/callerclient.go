@@ -96,18 +96,7 @@ func (c *Caller) Send(path string, body []byte) (*Response, http.Header, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	r := &Response{Status: code, Body: data, Elapsed: time.Since(start)}
-	var wire struct {
-		Result     *Result `json:"result"`
-		DecisionID string  `json:"decision_id"`
-		OPAError
-	}
-	if err := json.Unmarshal(data, &wire); err == nil {
-		r.Result, r.DecisionID, r.Error = wire.Result, wire.DecisionID, wire.OPAError
-	} else {
-		r.ParseError = err
-	}
-	return r, header, nil
+	return parseResponse(code, data, time.Since(start)), header, nil
 }
 
 // DecideAt posts {"input": input} to path.
