@@ -93,6 +93,9 @@ type CachingReviewer struct {
 	logger     log.Logger
 }
 
+// minReviewTime is the least time left in which a review is still worth sending.
+const minReviewTime = 10 * time.Millisecond
+
 // CachingReviewerOptions configures a CachingReviewer.
 type CachingReviewerOptions struct {
 	AllowedTTL time.Duration
@@ -193,6 +196,12 @@ func (c *CachingReviewer) reviewAndStore(ctx context.Context, reviewer Reviewer,
 			return ReviewResult{}, fmt.Errorf("too many reviews in flight to the Kubernetes API: %w", err)
 		}
 		defer c.inFlight.Release(1)
+		// A slot freed just as the deadline passes is no use: say why, rather than
+		// failing inside the client a moment later.
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < minReviewTime {
+			c.metrics.reviews.WithLabelValues("error").Inc()
+			return ReviewResult{}, fmt.Errorf("too many reviews in flight to the Kubernetes API: %w", context.DeadlineExceeded)
+		}
 	}
 	start := time.Now()
 	status, err := reviewer.Review(ctx, spec)
