@@ -23,6 +23,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
@@ -628,7 +629,11 @@ func TestReloadMappingsFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = suite.cluster.Delete(context.Background(), objs) })
+	// The namespace stays: without a namespace controller a deleted one would stay
+	// "terminating" and refuse the fixtures of a second run (-count=2).
+	t.Cleanup(func() {
+		_ = suite.cluster.Delete(context.Background(), cluster.Filter(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() != "Namespace" }))
+	})
 	if err := suite.cluster.WaitForAccess(ctx, sa(reloadMapNS, "runner"), cluster.ServiceAccountGroups(reloadMapNS),
 		authorizationv1.ResourceAttributes{Namespace: reloadMapNS, Verb: "create", Group: "reload.interlink.io", Resource: "pods"}, true, 30*time.Second); err != nil {
 		t.Fatal(err)
