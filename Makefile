@@ -4,12 +4,32 @@ BIN         := bin/sar-bridge
 CACHE_DIR   ?= $(or $(SAR_BRIDGE_CACHE),$(HOME)/.cache/sar-bridge)
 RUN_DIR     ?= $(CURDIR)/.cache/run
 E2E_TIMEOUT ?= 20m
-GO_SOURCES  := $(shell find . -name '*.go' -not -path './test/*' -not -path './.cache/*') go.mod go.sum \
+GO_SOURCES  := $(shell find . -name '*.go' -not -path './test/*' -not -path './hack/*' -not -path './.cache/*') go.mod go.sum \
                $(wildcard policies/rego/*.rego)
+
+# The build's identity: VERSION (git describe, see hack/version.sh) and the commit go into
+# the binary; the image is tagged with the release in the VERSION file, which is the tag
+# manifests/base names.
+VERSION     := $(shell hack/version.sh)
+REVISION    := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE_REPO  ?= ghcr.io/sar-bridge/sar-bridge
+IMAGE_TAG   := $(shell cat VERSION)
+IMAGE_DIR   := bin/image
+IMAGE_OCI   := $(IMAGE_DIR)/sar-bridge-$(IMAGE_TAG).oci.tar
+IMAGE_DOCKER:= $(IMAGE_DIR)/sar-bridge-$(IMAGE_TAG).docker.tar
+PLATFORMS   := linux/amd64 linux/arm64
+HOST_ARCH   := $(shell $(GO) env GOARCH)
+# The commit's time makes image builds reproducible; without git, now.
+CREATED     := $(shell git log -1 --format=%ct 2>/dev/null)
+LDFLAGS     := -s -w -X github.com/sar-bridge/sar-bridge/version.version=$(VERSION) \
+               -X github.com/sar-bridge/sar-bridge/version.revision=$(REVISION)
+# Static, with no build paths: the same binary runs in the image, on an edge node and here.
+GO_BUILD    := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 
 export SAR_BRIDGE_CACHE := $(CACHE_DIR)
 
-.PHONY: all build test unit e2e lint controlplane deps bench run fuzz rego-test clean help
+.PHONY: all build test unit e2e lint controlplane deps bench run fuzz rego-test clean help \
+        binaries image image-test FORCE
 
 all: build
 
@@ -18,8 +38,29 @@ help: ## List the targets.
 
 build: $(BIN) ## Build bin/sar-bridge.
 
-$(BIN): $(GO_SOURCES)
-	$(GO) build -trimpath -o $@ .
+# Always relinked (Go's cache keeps it quick), so the stamped version follows the commit.
+$(BIN): FORCE
+	$(GO_BUILD) -o $@ .
+
+binaries: $(foreach p,$(PLATFORMS),bin/$(subst /,-,$(p))/sar-bridge) ## Static release binaries for each platform.
+
+bin/linux-%/sar-bridge: FORCE
+	GOOS=linux GOARCH=$* $(GO_BUILD) -o $@ .
+
+image: binaries ## Container image without a daemon: an OCI archive (amd64+arm64) and a docker-load tarball.
+	cd hack/image && $(GO) run . $(foreach p,$(PLATFORMS),--binary $(p)=$(CURDIR)/bin/$(subst /,-,$(p))/sar-bridge) \
+		--repository $(IMAGE_REPO) --tag $(IMAGE_TAG) --version $(VERSION) --revision $(REVISION) \
+		$(if $(CREATED),--created $(CREATED)) --docker-arch $(HOST_ARCH) \
+		--oci-archive $(CURDIR)/$(IMAGE_OCI) --docker-archive $(CURDIR)/$(IMAGE_DOCKER)
+	@echo "image: $(IMAGE_REPO):$(IMAGE_TAG) ($(VERSION)) in $(IMAGE_OCI) and $(IMAGE_DOCKER)"
+
+image-test: image deps ## Open the built image archives and run each platform's entrypoint in the image's own root.
+	cd hack/image && SAR_BRIDGE_IMAGE_OCI=$(CURDIR)/$(IMAGE_OCI) SAR_BRIDGE_IMAGE_DOCKER=$(CURDIR)/$(IMAGE_DOCKER) \
+		SAR_BRIDGE_IMAGE_REPOSITORY=$(IMAGE_REPO) SAR_BRIDGE_IMAGE_TAG=$(IMAGE_TAG) \
+		SAR_BRIDGE_IMAGE_VERSION=$(VERSION) SAR_BRIDGE_IMAGE_REVISION=$(REVISION) \
+		$(GO) test -count=1 -v ./...
+
+FORCE:
 
 deps: ## Install what the tests need (Debian packages), when missing.
 	@hack/deps.sh
@@ -27,9 +68,9 @@ deps: ## Install what the tests need (Debian packages), when missing.
 controlplane: ## Build kube-apiserver and etcd into $(CACHE_DIR)/bin (once).
 	@hack/controlplane.sh >/dev/null
 
-test: lint unit e2e ## Unit tests, then end-to-end tests against a real control plane.
+test: lint unit image-test e2e ## Unit tests, the image, then end-to-end tests against a real control plane.
 
-unit: ## Unit tests (with the race detector), Rego tests and fuzz seed corpora included, then a short fuzz run.
+unit: deps ## Unit tests (with the race detector), Rego tests and fuzz seed corpora included, then a short fuzz run.
 	$(GO) test -race -count=1 ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5000x
 
@@ -42,11 +83,12 @@ lint: ## gofmt and go vet, in both modules.
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd test && $(GO) vet ./...
+	cd hack/image && $(GO) vet ./...
 
 bench: deps ## Benchmarks of the decision path, the policy and the cache tiers, as ratios to same-run baselines.
 	hack/bench.sh
 
-run: build controlplane ## A local control plane, example RBAC and the bridge on loopback; Ctrl-C stops it all.
+run: build deps controlplane ## A local control plane, example RBAC and the bridge on loopback; Ctrl-C stops it all.
 	cd test && $(GO) build -o $(CURDIR)/bin/local-cluster ./cmd/local-cluster
 	exec bin/local-cluster --bridge $(CURDIR)/$(BIN) --dir $(RUN_DIR)
 

@@ -31,12 +31,12 @@ import (
 
 	"github.com/sar-bridge/sar-bridge/authn"
 	"github.com/sar-bridge/sar-bridge/authorizer"
-	"github.com/sar-bridge/sar-bridge/cache"
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
 	"github.com/sar-bridge/sar-bridge/policies"
 	"github.com/sar-bridge/sar-bridge/server"
 	"github.com/sar-bridge/sar-bridge/tlsserving"
+	"github.com/sar-bridge/sar-bridge/version"
 )
 
 type config struct {
@@ -72,6 +72,7 @@ type config struct {
 	memcachedTimeout      time.Duration
 	memcachedMaxIdleConns int
 	frontTTL              time.Duration
+	memcachedSecurity
 
 	openshift       authorizer.OpenShiftConfig
 	opaPackage      string
@@ -96,6 +97,12 @@ type config struct {
 	tlsReloadInterval  time.Duration
 	callerCacheSuccess time.Duration
 	callerCacheFailure time.Duration
+
+	interlink interlinkConfig // --interlink.*: the plugin relay (main_interlink.go)
+
+	notFoundTTL time.Duration // --informer.not-found-ttl (main_openshift.go)
+
+	showVersion bool
 }
 
 // Names in opa-openshift's own validation: a Rego package and rule.
@@ -152,6 +159,7 @@ Flags:
 	fs.IntVar(&cfg.memcachedInterval, "memcached.interval", 10, "Seconds between DNS refreshes of the memcached servers; 0 resolves once.")
 	fs.DurationVar(&cfg.memcachedTimeout, "memcached.timeout", 500*time.Millisecond, "Longest wait for memcached; past it the review is asked live.")
 	fs.IntVar(&cfg.memcachedMaxIdleConns, "memcached.max-idle-conns", 16, "Idle connections kept per memcached server.")
+	cfg.memcachedSecurity.register(fs)
 	fs.DurationVar(&cfg.frontTTL, "cache.front-ttl", 10*time.Second, "With memcached: how long a replica reuses a review from its in-process tier (never longer than the entry has left).")
 	fs.StringVar(&cfg.kubeconfig, "openshift.kubeconfig", "", "Alias of --kubeconfig (opa-openshift's name).")
 	fs.StringVar(&cfg.opaPackage, "opa.package", "", "opa-openshift compatibility: Rego package whose --opa.rule answers opa-openshift's request shape, e.g. lokistack (served at /v1/data/lokistack/allow). Empty: not served.")
@@ -178,12 +186,18 @@ Flags:
 	fs.StringVar(&cfg.tlsMinVersion, "tls.min-version", "VersionTLS13", "Minimum TLS version: VersionTLS12 or VersionTLS13.")
 	fs.StringVar(&cfg.tlsCipherSuites, "tls.cipher-suites", "", "Comma-separated TLS 1.2 cipher suites (IANA names); empty: Go's defaults.")
 	fs.DurationVar(&cfg.tlsReloadInterval, "tls.reload-interval", 10*time.Second, "How often certificate files are checked for changes.")
+	fs.BoolVar(&cfg.showVersion, "version", false, "Print the version, commit and Go version, then exit.")
+	cfg.interlink.addFlags(fs)
+	cfg.addOpenShiftFlags(fs)
 	for name, why := range unsupportedFlags {
 		fs.String(name, "", "Not supported: "+why+".")
 		_ = fs.MarkHidden(name)
 	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if cfg.showVersion {
+		return cfg, nil
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -197,6 +211,15 @@ Flags:
 		return cfg, err
 	}
 	if err := cfg.checkCallers(); err != nil {
+		return cfg, err
+	}
+	if err := cfg.checkMemcached(); err != nil {
+		return cfg, err
+	}
+	if err := cfg.interlink.validate(); err != nil {
+		return cfg, err
+	}
+	if err := cfg.checkOpenShiftFlags(); err != nil {
 		return cfg, err
 	}
 	var err error
@@ -369,31 +392,6 @@ func newLogger(lvl, format string) (log.Logger, error) {
 	return log.With(level.NewFilter(logger, opt), "ts", log.DefaultTimestampUTC, "caller", log.DefaultCaller), nil
 }
 
-// newReviewCache returns the in-process cache, or memcached behind a short in-process
-// tier when servers are configured, with the TTL of allowing reviews.
-func newReviewCache(ctx context.Context, cfg config, reg prometheus.Registerer, logger log.Logger) (cache.Cache, time.Duration, error) {
-	if len(cfg.memcached) == 0 {
-		return cache.NewMemory(cfg.cacheSize), cfg.allowedTTL, nil
-	}
-	metrics := cache.NewMetrics(reg)
-	mc, err := cache.NewMemcached(ctx, cache.MemcachedOptions{
-		Servers:         cfg.memcached,
-		Timeout:         cfg.memcachedTimeout,
-		MaxIdleConns:    cfg.memcachedMaxIdleConns,
-		RefreshInterval: time.Duration(cfg.memcachedInterval) * time.Second,
-		Logger:          logger,
-		Metrics:         metrics,
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("--memcached: %w", err)
-	}
-	allowedTTL := cfg.allowedTTL
-	if cfg.memcachedExpire > 0 {
-		allowedTTL = time.Duration(cfg.memcachedExpire) * time.Second
-	}
-	return cache.NewTiered(cache.NewMemory(cfg.cacheSize), cfg.frontTTL, mc, metrics), allowedTTL, nil
-}
-
 func main() {
 	cfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
@@ -402,6 +400,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sar-bridge: %v\n", err)
 		os.Exit(2)
+	}
+	if cfg.showVersion {
+		fmt.Println(version.Get())
+		os.Exit(0)
 	}
 	logger, err := newLogger(cfg.logLevel, cfg.logFormat)
 	if err != nil {
@@ -425,7 +427,7 @@ func run(cfg config, logger log.Logger) error {
 	defer stop()
 
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(version.Get()))
 
 	mappings, err := mapping.NewSource(ctx, cfg.mappings, cfg.mappingsFile, cfg.reloadInterval, logger, registry)
 	if err != nil {
@@ -450,9 +452,9 @@ func run(cfg config, logger log.Logger) error {
 
 	metrics := authorizer.NewMetrics(registry)
 
-	view := kube.NewClusterView(client, cfg.resync)
+	view := kube.NewClusterView(client, cfg.resync, kube.WithNotFoundTTL(cfg.notFoundTTL))
 	view.Start(ctx)
-	reviewCache, allowedTTL, err := newReviewCache(ctx, cfg, registry, logger)
+	reviewCache, allowedTTL, err := newReviewCache(ctx, cfg, client, registry, logger)
 	if err != nil {
 		return err
 	}
@@ -462,14 +464,12 @@ func run(cfg config, logger log.Logger) error {
 		Mappings: mappings, TenantLabel: cfg.tenantLabel, NodeAccess: cfg.nodeAccess,
 	}, reviewer, view, evaluator, metrics, logger)
 
-	if cfg.openshift.Path != nil {
-		authz.EnableOpenShift(cfg.openshift, view, func(token string) (authorizer.Reviewer, error) {
-			return kube.NewSelfSubjectAccessReviewer(restConfig, token, kube.DefaultRetryBackoff)
-		})
+	if err := enableOpenShift(cfg, authz, view, client, restConfig, evaluator.Documents()); err != nil {
+		return err
 	}
 
 	callers, err := authn.New(ctx, authn.Options{
-		Mode: authn.Mode(cfg.authnMode), Client: client, Audiences: cfg.authnAudiences, ClientCAFile: cfg.tlsClientCAFile,
+		Mode: authn.Mode(cfg.authnMode), Client: client, Audiences: cfg.callerAudiences(), ClientCAFile: cfg.tlsClientCAFile,
 		SuccessTTL: cfg.callerCacheSuccess, FailureTTL: cfg.callerCacheFailure, Logger: logger, Registerer: registry,
 	})
 	if err != nil {
@@ -533,9 +533,12 @@ func run(cfg config, logger log.Logger) error {
 		TLSConfig:         internalTLS,
 	}
 
-	level.Info(logger).Log("msg", "starting", "public", cfg.webListen, "internal", cfg.internalListen,
+	level.Info(logger).Log("msg", "starting", "version", version.Get().Version, "revision", version.Get().Revision, "public", cfg.webListen, "internal", cfg.internalListen,
 		"mappings", mappings.Current().String(), "tenant_label", cfg.tenantLabel, "node_access", cfg.nodeAccess)
 	g, gctx := errgroup.WithContext(ctx)
+	if err := startInterlink(gctx, g, cfg, authz, registry, logger); err != nil {
+		return err
+	}
 	for _, s := range []*http.Server{public, internal} {
 		ln, err := net.Listen("tcp", s.Addr)
 		if err != nil {

@@ -3,11 +3,16 @@
 // Authentication is delegated to the Kubernetes API (TokenReview) or done
 // locally against a client CA bundle (mTLS); authorization is always a
 // SubjectAccessReview for the non-resource URL the caller requested, so
-// admins grant access with a ClusterRole such as
+// admins grant access with a ClusterRole naming only the documents a caller
+// needs, such as
 //
 //	rules:
-//	- nonResourceURLs: ["/v1/data/*"]
+//	- nonResourceURLs: ["/v1/data/interlink/authz/*"]  # interLink: pod decisions
 //	  verbs: ["create"]
+//
+// and, for an opa-openshift gateway, its own route only (e.g.
+// "/v1/data/lokistack/allow"). Never grant "/v1/data/*": a caller allowed the
+// opa-openshift route names the subject it asks about.
 //
 // Both steps use k8s.io/apiserver's delegating authenticator/authorizer, which
 // bring caching, retries and request coalescing.

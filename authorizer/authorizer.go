@@ -132,7 +132,7 @@ func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.Ra
 	}
 	start := time.Now()
 	d := Decision{ID: uuid.NewString()}
-	logFields := []any{"decision_id", d.ID, "path", strings.Join(path, "/")}
+	logFields := append([]any{"decision_id", d.ID, "path", strings.Join(path, "/")}, logFieldsFrom(ctx)...)
 	outcome := "error"
 	defer func() {
 		a.metrics.decisions.WithLabelValues(outcome).Inc()

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -16,6 +17,9 @@ import (
 	"golang.org/x/sync/errgroup"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+
+	"github.com/sar-bridge/sar-bridge/kube"
 )
 
 // OpenShiftConfig makes the bridge answer observatorium's opa-openshift requests
@@ -29,8 +33,12 @@ type OpenShiftConfig struct {
 	MatcherOp   string
 	SkipTenants []string
 	AdminGroups []string
-	// SSAR reviews with the caller's X-Forwarded-Access-Token instead of the body's subject.
+	// SSAR reviews with the caller's X-Forwarded-Access-Token instead of the body's
+	// subject; the token's groups (from a TokenReview) then decide AdminGroups.
 	SSAR bool
+	// MaxSelectorNamespaces refuses (400) a request whose selectors name more distinct
+	// namespaces; 0 means DefaultMaxSelectorNamespaces.
+	MaxSelectorNamespaces int
 	// ViaQToOTelMigration keeps one of the two namespace label names per request.
 	ViaQToOTelMigration bool
 }
@@ -46,8 +54,16 @@ type NamespaceLister interface {
 	NamespaceNames() ([]string, error)
 }
 
-// TokenReviewerFactory returns a Reviewer that reviews as the bearer of token.
-type TokenReviewerFactory func(token string) (Reviewer, error)
+// DefaultMaxSelectorNamespaces bounds the namespaces one request may name in selectors.
+const DefaultMaxSelectorNamespaces = 300
+
+// OpenShiftSSAR is what --opa.ssar needs: one SelfSubjectAccessReview reviewer that
+// authenticates with the token kube.WithBearerToken puts in the context, and a
+// (cached) TokenReview that says whose the token is.
+type OpenShiftSSAR struct {
+	Reviewer Reviewer
+	Tokens   authenticator.Token
+}
 
 // UnauthenticatedError is a request that lacks the credential it needs (401).
 type UnauthenticatedError struct{ msg string }
@@ -71,15 +87,20 @@ func accessTokenFrom(ctx context.Context) string {
 	return token
 }
 
-// EnableOpenShift serves opa-openshift's request shape on cfg.Path.
-func (a *Authorizer) EnableOpenShift(cfg OpenShiftConfig, namespaces NamespaceLister, tokenReviewer TokenReviewerFactory) {
-	a.openshift = &openshiftMode{cfg: cfg, namespaces: namespaces, tokenReviewer: tokenReviewer}
+// EnableOpenShift serves opa-openshift's request shape on cfg.Path. With cfg.SSAR, ssar
+// must be complete: without it every request is refused (503), never reviewed as
+// someone else.
+func (a *Authorizer) EnableOpenShift(cfg OpenShiftConfig, namespaces NamespaceLister, ssar OpenShiftSSAR) {
+	if cfg.MaxSelectorNamespaces <= 0 {
+		cfg.MaxSelectorNamespaces = DefaultMaxSelectorNamespaces
+	}
+	a.openshift = &openshiftMode{cfg: cfg, namespaces: namespaces, ssar: ssar}
 }
 
 type openshiftMode struct {
-	cfg           OpenShiftConfig
-	namespaces    NamespaceLister
-	tokenReviewer TokenReviewerFactory
+	cfg        OpenShiftConfig
+	namespaces NamespaceLister
+	ssar       OpenShiftSSAR
 }
 
 // serves reports whether a request is opa-openshift's: on its path, without a pod.
@@ -149,11 +170,18 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 		return deny(fmt.Sprintf("tenant %q has no API group mapping", in.Tenant))
 	}
 
-	reviewer, extra, err := m.reviewerFor(ctx, in)
+	// Bounded before any review: each named namespace may cost one.
+	selected := selectedNamespaces(in.Extras.Selectors)
+	if len(selected) > m.cfg.MaxSelectorNamespaces {
+		return Decision{}, inputErrorf("selectors name %d namespaces; at most %d are allowed", len(selected), m.cfg.MaxSelectorNamespaces)
+	}
+
+	ctx, who, err := m.identify(ctx, in)
 	if err != nil {
 		return Decision{}, err
 	}
-	keys := m.matcherKeys(in)
+	logFields = append(logFields, "identity", who.user) // under SSAR, the token's bearer
+	keys := m.matcherKeys(in, who.groups)
 	if in.Extras.WildcardSelectors && len(keys) > 0 {
 		return Decision{}, inputErrorf("wildcard in query namespaces not allowed")
 	}
@@ -163,15 +191,12 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 
 	review := func(ctx context.Context, namespace string) (bool, error) {
 		spec := authorizationv1.SubjectAccessReviewSpec{
-			User: in.Subject, Groups: in.Groups, Extra: extra,
+			User: who.specUser, Groups: who.specGroups, Extra: who.extra,
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Namespace: namespace, Verb: verb, Group: group, Resource: in.Tenant, Name: in.Resource,
 			},
 		}
-		if m.cfg.SSAR {
-			spec.User, spec.Groups = "", nil // the token is the identity
-		}
-		r, _, err := a.reviewer.ReviewWith(ctx, reviewer, spec)
+		r, _, err := a.reviewer.ReviewWith(ctx, who.reviewer, spec)
 		if err != nil {
 			if apierrors.IsUnauthorized(err) {
 				return false, NewUnauthenticatedError("the forwarded access token was not accepted by the Kubernetes API")
@@ -181,7 +206,7 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 		return r.Allowed, nil
 	}
 
-	result, reason, err := m.decide(ctx, in, verb, keys, review)
+	result, reason, err := m.decide(ctx, in, selected, verb, keys, review)
 	if err != nil {
 		level.Error(a.logger).Log(append(logFields, "msg", "decision failed", "err", err)...)
 		return Decision{}, err
@@ -194,35 +219,62 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 	return Decision{Defined: true, Result: result}, nil
 }
 
-// reviewerFor picks the reviewer: the bridge's own SubjectAccessReviews for the body's
-// subject, or SelfSubjectAccessReviews with the caller's token. extra tells cached
-// reviews of different tokens apart.
-func (m *openshiftMode) reviewerFor(ctx context.Context, in openshiftInput) (Reviewer, map[string]authorizationv1.ExtraValue, error) {
+// openshiftIdentity is whom a request is reviewed for and how.
+type openshiftIdentity struct {
+	user string // for the log
+	// groups decide --opa.admin-groups: the body's, or the token's under SSAR.
+	groups []string
+	// specUser and specGroups go into the review spec; empty under SSAR, where the
+	// token is the identity.
+	specUser   string
+	specGroups []string
+	// extra tells cached reviews of different tokens apart (the key is the spec's hash).
+	extra map[string]authorizationv1.ExtraValue
+	// reviewer is nil for the CachingReviewer's own (SubjectAccessReviews).
+	reviewer Reviewer
+}
+
+// identify returns the body's subject and groups, as opa-openshift trusts its caller
+// to send them, or under SSAR the bearer of the forwarded token as a TokenReview
+// names it: nothing in the body counts then. The returned context carries the token for
+// the SelfSubjectAccessReview client.
+func (m *openshiftMode) identify(ctx context.Context, in openshiftInput) (context.Context, openshiftIdentity, error) {
 	if !m.cfg.SSAR {
 		if in.Subject == "" && len(in.Groups) == 0 {
-			return nil, nil, inputErrorf("input.subject is required")
+			return ctx, openshiftIdentity{}, inputErrorf("input.subject is required")
 		}
-		return nil, nil, nil // nil: the CachingReviewer's own
+		return ctx, openshiftIdentity{user: in.Subject, groups: in.Groups, specUser: in.Subject, specGroups: in.Groups}, nil
 	}
 	token := accessTokenFrom(ctx)
 	if token == "" {
-		return nil, nil, NewUnauthenticatedError("missing forwarded access token: --opa.ssar needs the X-Forwarded-Access-Token header")
+		return ctx, openshiftIdentity{}, NewUnauthenticatedError("missing forwarded access token: --opa.ssar needs the X-Forwarded-Access-Token header")
 	}
-	reviewer, err := m.tokenReviewer(token)
-	if err != nil {
-		return nil, nil, NewUnavailableError(err)
+	if m.ssar.Reviewer == nil || m.ssar.Tokens == nil {
+		return ctx, openshiftIdentity{}, NewUnavailableError(errors.New("--opa.ssar is enabled without a token reviewer"))
+	}
+	resp, ok, err := m.ssar.Tokens.AuthenticateToken(ctx, token)
+	switch {
+	case err != nil:
+		return ctx, openshiftIdentity{}, NewUnavailableError(fmt.Errorf("reviewing the forwarded access token: %w", err))
+	case !ok || resp == nil || resp.User == nil:
+		return ctx, openshiftIdentity{}, NewUnauthenticatedError("the forwarded access token was not accepted by the Kubernetes API")
 	}
 	sum := sha256.Sum256([]byte(token))
-	return reviewer, map[string]authorizationv1.ExtraValue{"sar-bridge.io/token-sha256": {hex.EncodeToString(sum[:])}}, nil
+	return kube.WithBearerToken(ctx, token), openshiftIdentity{
+		user:     resp.User.GetName(),
+		groups:   resp.User.GetGroups(),
+		extra:    map[string]authorizationv1.ExtraValue{"sar-bridge.io/token-sha256": {hex.EncodeToString(sum[:])}},
+		reviewer: m.ssar.Reviewer,
+	}, nil
 }
 
 // matcherKeys are the label names the answer restricts, none for skipped tenants and
-// admin groups.
-func (m *openshiftMode) matcherKeys(in openshiftInput) []string {
+// members of admin groups.
+func (m *openshiftMode) matcherKeys(in openshiftInput, groups []string) []string {
 	if len(m.cfg.Matchers) == 0 || slices.Contains(m.cfg.SkipTenants, in.Tenant) {
 		return nil
 	}
-	for _, g := range in.Groups {
+	for _, g := range groups {
 		if slices.Contains(m.cfg.AdminGroups, g) {
 			return nil
 		}
@@ -240,7 +292,10 @@ func (m *openshiftMode) matcherKeys(in openshiftInput) []string {
 // decide follows opa-openshift: a cluster-wide review first; writes answer with it alone;
 // reads are narrowed to the namespaces the subject may read, listed from the informer
 // where opa-openshift lists OpenShift projects.
-func (m *openshiftMode) decide(ctx context.Context, in openshiftInput, verb string, keys []string,
+//
+// selected are the selectors' namespaces; only those the informer knows are reviewed,
+// so made-up names cost no review and cannot crowd real entries out of the cache.
+func (m *openshiftMode) decide(ctx context.Context, in openshiftInput, selected []string, verb string, keys []string,
 	review func(context.Context, string) (bool, error)) (result any, reason string, err error) {
 	clusterWide, err := review(ctx, "")
 	if err != nil {
@@ -249,27 +304,24 @@ func (m *openshiftMode) decide(ctx context.Context, in openshiftInput, verb stri
 	if verb == "create" {
 		return clusterWide, "cluster-wide review", nil
 	}
-	selected := selectedNamespaces(in.Extras.Selectors)
+	if clusterWide && len(keys) == 0 {
+		return true, "cluster-wide review", nil
+	}
+	all, err := m.namespaces.NamespaceNames()
+	if err != nil {
+		return nil, "", NewUnavailableError(err)
+	}
+	existing := intersect(selected, all)
 	if clusterWide {
-		if len(keys) == 0 {
-			return true, "cluster-wide review", nil
+		if len(selected) == 0 {
+			existing = all
 		}
-		all, err := m.namespaces.NamespaceNames()
-		if err != nil {
-			return nil, "", NewUnavailableError(err)
-		}
-		readable := all
-		if len(selected) > 0 {
-			readable = intersect(selected, all)
-		}
-		return m.matcherResult(keys, readable), "cluster-wide review, matcher over the namespaces", nil
+		return m.matcherResult(keys, existing), "cluster-wide review, matcher over the namespaces", nil
 	}
 	if in.Extras.MetadataOnly && len(selected) == 0 {
-		if selected, err = m.namespaces.NamespaceNames(); err != nil {
-			return nil, "", NewUnavailableError(err)
-		}
+		existing = all
 	}
-	allowed, err := reviewNamespaces(ctx, selected, review)
+	allowed, err := reviewNamespaces(ctx, existing, review)
 	if err != nil {
 		return nil, "", err
 	}

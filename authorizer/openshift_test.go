@@ -12,8 +12,11 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/sar-bridge/sar-bridge/cache"
+	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
 )
 
@@ -38,7 +41,7 @@ func logsRBAC(grants ...string) func(authorizationv1.SubjectAccessReviewSpec) (a
 	}
 }
 
-func newOpenShiftAuthorizer(t *testing.T, cfg OpenShiftConfig, rev *fakeReviewer, tokens TokenReviewerFactory) *Authorizer {
+func newOpenShiftAuthorizer(t *testing.T, cfg OpenShiftConfig, rev *fakeReviewer, ssar OpenShiftSSAR) *Authorizer {
 	t.Helper()
 	mappings, err := mapping.Parse([]string{"application=loki.grafana.com", "audit=loki.grafana.com"})
 	if err != nil {
@@ -49,7 +52,7 @@ func newOpenShiftAuthorizer(t *testing.T, cfg OpenShiftConfig, rev *fakeReviewer
 	if cfg.Path == nil {
 		cfg.Path = []string{"lokistack", "allow"}
 	}
-	a.EnableOpenShift(cfg, namespaceList{"kube-system", "ns1", "ns2", "ns3"}, tokens)
+	a.EnableOpenShift(cfg, namespaceList{"kube-system", "ns1", "ns2", "ns3"}, ssar)
 	return a
 }
 
@@ -126,7 +129,7 @@ func TestOpenShiftDecisions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rev := &fakeReviewer{answer: logsRBAC(tt.grants...)}
-			a := newOpenShiftAuthorizer(t, tt.cfg, rev, nil)
+			a := newOpenShiftAuthorizer(t, tt.cfg, rev, OpenShiftSSAR{})
 			d, err := a.Decide(context.Background(), []string{"lokistack", "allow"}, tt.input)
 			if err != nil {
 				t.Fatal(err)
@@ -176,6 +179,7 @@ func TestOpenShiftErrors(t *testing.T) {
 		cfg     OpenShiftConfig
 		ctx     context.Context
 		answer  func(authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error)
+		tokens  authenticator.Token
 		input   json.RawMessage
 		wantErr any
 		wantMsg string
@@ -188,10 +192,20 @@ func TestOpenShiftErrors(t *testing.T) {
 		{name: "both migration selectors", cfg: loki, input: lokiInput("a", "read", "application", `"selectors":{"kubernetes_namespace_name":["a"],"k8s_namespace_name":["b"]}`), wantErr: &InputError{}, wantMsg: "selectors are not allowed"},
 		{name: "ssar without token", cfg: OpenShiftConfig{SSAR: true}, input: lokiInput("a", "read", "application", ""), wantErr: &UnauthenticatedError{}, wantMsg: "missing forwarded access token"},
 		{name: "API down", answer: apiDown, input: lokiInput("a", "read", "application", ""), wantErr: &UnavailableError{}, wantMsg: "subject access review failed"},
-		{name: "token refused by the API", cfg: OpenShiftConfig{SSAR: true}, ctx: WithAccessToken(context.Background(), "bad"),
+		{name: "token refused by the SSAR", cfg: OpenShiftConfig{SSAR: true}, ctx: WithAccessToken(context.Background(), "t1"), tokens: testTokens,
 			answer: func(authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error) {
 				return authorizationv1.SubjectAccessReviewStatus{}, apierrors.NewUnauthorized("invalid bearer token")
 			}, input: lokiInput("a", "read", "application", ""), wantErr: &UnauthenticatedError{}, wantMsg: "not accepted"},
+		{name: "token refused by the TokenReview", cfg: OpenShiftConfig{SSAR: true}, ctx: WithAccessToken(context.Background(), "bad"), tokens: testTokens,
+			input: lokiInput("a", "read", "application", ""), wantErr: &UnauthenticatedError{}, wantMsg: "not accepted"},
+		{name: "TokenReview unanswered", cfg: OpenShiftConfig{SSAR: true}, ctx: WithAccessToken(context.Background(), "t1"),
+			tokens: fakeTokens{err: errors.New("connection refused")}, input: lokiInput("a", "read", "application", ""),
+			wantErr: &UnavailableError{}, wantMsg: "reviewing the forwarded access token: connection refused"},
+		{name: "ssar without a token reviewer", cfg: OpenShiftConfig{SSAR: true}, ctx: WithAccessToken(context.Background(), "t1"),
+			input: lokiInput("a", "read", "application", ""), wantErr: &UnavailableError{}, wantMsg: "without a token reviewer"},
+		{name: "more selector namespaces than allowed", cfg: OpenShiftConfig{MaxSelectorNamespaces: 2},
+			input:   lokiInput("a", "read", "application", `"selectors":{"kubernetes_namespace_name":["ns1","ns2"],"k8s_namespace_name":["ns3"]}`),
+			wantErr: &InputError{}, wantMsg: "selectors name 3 namespaces; at most 2 are allowed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -200,7 +214,7 @@ func TestOpenShiftErrors(t *testing.T) {
 				answer = allowAll
 			}
 			rev := &fakeReviewer{answer: answer}
-			a := newOpenShiftAuthorizer(t, tt.cfg, rev, func(string) (Reviewer, error) { return rev, nil })
+			a := newOpenShiftAuthorizer(t, tt.cfg, rev, OpenShiftSSAR{Reviewer: rev, Tokens: tt.tokens})
 			ctx := tt.ctx
 			if ctx == nil {
 				ctx = context.Background()
@@ -228,14 +242,115 @@ func errorsAsType(err error, target any) bool {
 	return false
 }
 
+// fakeTokens is a TokenReview: token → user, or err for every token.
+type fakeTokens struct {
+	users map[string]*user.DefaultInfo
+	err   error
+	calls *int
+}
+
+func (f fakeTokens) AuthenticateToken(_ context.Context, token string) (*authenticator.Response, bool, error) {
+	if f.calls != nil {
+		*f.calls++
+	}
+	if f.err != nil {
+		return nil, false, f.err
+	}
+	u, ok := f.users[token]
+	if !ok {
+		return nil, false, nil
+	}
+	return &authenticator.Response{User: u}, true, nil
+}
+
+var testTokens = fakeTokens{users: map[string]*user.DefaultInfo{
+	"t1":    {Name: "bob", Groups: []string{"system:authenticated"}},
+	"t2":    {Name: "carol", Groups: []string{"system:authenticated"}},
+	"admin": {Name: "root", Groups: []string{"system:authenticated", "cluster-admin"}},
+}}
+
+// tokenRBAC answers SSARs as logsRBAC answers the user testTokens gives the context's
+// bearer token; a review without a token fails, as the real client does.
+func tokenRBAC(grants ...string) Reviewer {
+	rbac := logsRBAC(grants...)
+	return reviewerFunc(func(ctx context.Context, s authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error) {
+		token := kube.BearerTokenFrom(ctx)
+		u, ok := testTokens.users[token]
+		if !ok {
+			return authorizationv1.SubjectAccessReviewStatus{}, apierrors.NewUnauthorized("no such token " + token)
+		}
+		s.User = u.Name
+		return rbac(s)
+	})
+}
+
+type reviewerFunc func(context.Context, authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error)
+
+func (f reviewerFunc) Review(ctx context.Context, s authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error) {
+	return f(ctx, s)
+}
+
+// Under SSAR the token is the whole identity: the admin-group exemption follows the
+// TokenReview's groups, never the body's, and reviews carry the token in the context.
+func TestOpenShiftSSARIdentity(t *testing.T) {
+	const ns = "kubernetes_namespace_name"
+	cfg := OpenShiftConfig{SSAR: true, Matchers: []string{ns}, AdminGroups: []string{"cluster-admin"}}
+	adminBody := func(subject string) json.RawMessage {
+		return json.RawMessage(fmt.Sprintf(`{"subject":%q,"groups":["cluster-admin"],"permission":"read","resource":"logs","tenant":"application",`+
+			`"extras":{"selectors":{%q:["ns1","ns2"]}}}`, subject, ns))
+	}
+	tests := []struct {
+		name  string
+		token string
+		input json.RawMessage
+		want  any
+	}{
+		{"body's admin group does not lift the matcher", "t1", adminBody("root"), matcherJSON("ns1", "", ns)},
+		{"body's admin group does not make a stranger a reader", "t2", adminBody("root"), false},
+		{"token's admin group lifts the matcher", "admin", lokiInput("root", "read", "application", `"selectors":{"kubernetes_namespace_name":["ns1"]}`), true},
+		{"body's subject is ignored", "t1", lokiInput("root", "read", "application", `"selectors":{"kubernetes_namespace_name":["ns1","ns2"]}`),
+			matcherJSON("ns1", "", ns)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mappings, _ := mapping.Parse([]string{"application=loki.grafana.com"})
+			cr := NewCachingReviewer(&fakeReviewer{answer: func(authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error) {
+				t.Error("the bridge's own SubjectAccessReview was used under SSAR")
+				return authorizationv1.SubjectAccessReviewStatus{Allowed: true}, nil
+			}}, cache.NewMemory(100), CachingReviewerOptions{AllowedTTL: time.Minute, DeniedTTL: time.Minute})
+			a := New(Config{Mappings: mappings}, cr, newView(), nil, nil, nil)
+			a.EnableOpenShift(withPath(cfg), namespaceList{"ns1", "ns2", "ns3"},
+				OpenShiftSSAR{Reviewer: tokenRBAC("bob get ns1", "root get "), Tokens: testTokens})
+			d, err := a.Decide(WithAccessToken(context.Background(), tt.token), []string{"lokistack", "allow"}, tt.input)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := json.Marshal(d.Result)
+			want, _ := json.Marshal(tt.want)
+			if string(got) != string(want) {
+				t.Errorf("result = %s\nwant     %s", got, want)
+			}
+		})
+	}
+}
+
+func withPath(cfg OpenShiftConfig) OpenShiftConfig {
+	cfg.Path = []string{"lokistack", "allow"}
+	return cfg
+}
+
 // SSAR reviews carry no user; each token has its own cache entries.
 func TestOpenShiftSSARTokens(t *testing.T) {
 	var tokens []string
 	rev := &fakeReviewer{answer: allowAll}
-	a := newOpenShiftAuthorizer(t, OpenShiftConfig{SSAR: true}, rev, func(token string) (Reviewer, error) {
-		tokens = append(tokens, token)
-		return rev, nil
+	recording := reviewerFunc(func(ctx context.Context, s authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error) {
+		tokens = append(tokens, kube.BearerTokenFrom(ctx))
+		return rev.Review(ctx, s)
 	})
+	tokenReviews := 0
+	counted := testTokens
+	counted.calls = &tokenReviews
+	a := newOpenShiftAuthorizer(t, OpenShiftConfig{SSAR: true}, &fakeReviewer{answer: allowAll}, OpenShiftSSAR{Reviewer: recording, Tokens: counted})
 	for _, token := range []string{"t1", "t1", "t2"} {
 		d, err := a.Decide(WithAccessToken(context.Background(), token), []string{"lokistack", "allow"}, lokiInput("ignored", "read", "application", ""))
 		if err != nil || d.Result != true {
@@ -250,8 +365,64 @@ func TestOpenShiftSSARTokens(t *testing.T) {
 			t.Errorf("SSAR spec carries user %q groups %v", s.User, s.Groups)
 		}
 	}
-	if !slices.Equal(tokens, []string{"t1", "t1", "t2"}) {
-		t.Errorf("reviewers made for %v", tokens)
+	if !slices.Equal(tokens, []string{"t1", "t2"}) {
+		t.Errorf("reviews sent with tokens %v, want [t1 t2]", tokens)
+	}
+	if tokenReviews != 3 {
+		t.Errorf("token reviews = %d, want one a request (caching is the TokenReview client's)", tokenReviews)
+	}
+}
+
+// Selector values the informer does not know cost no review, however many there are.
+func TestOpenShiftSelectorsIntersectNamespaces(t *testing.T) {
+	const ns = "kubernetes_namespace_name"
+	madeUp := make([]string, 0, 5000)
+	for i := range 5000 {
+		madeUp = append(madeUp, fmt.Sprintf("%q", fmt.Sprintf("ghost-%d", i)))
+	}
+	selectors := func(extra ...string) string {
+		return fmt.Sprintf(`"selectors":{%q:[%s]}`, ns, strings.Join(append(madeUp, extra...), ","))
+	}
+	tests := []struct {
+		name        string
+		max         int
+		extras      string
+		want        any
+		wantReviews []string
+	}{
+		{"only made-up namespaces", 10000, selectors(), false, []string{""}},
+		{"made-up and real namespaces", 10000, selectors(`"ns2"`, `"ns1"`), matcherJSON("ns1", "", ns), []string{"", "ns1", "ns2"}},
+		{"over the limit: refused before any review", 0, selectors(), nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rev := &fakeReviewer{answer: logsRBAC("bob get ns1")}
+			a := newOpenShiftAuthorizer(t, OpenShiftConfig{Matchers: []string{ns}, MaxSelectorNamespaces: tt.max}, rev, OpenShiftSSAR{})
+			d, err := a.Decide(context.Background(), []string{"lokistack", "allow"}, lokiInput("bob", "read", "application", tt.extras))
+			if tt.want == nil {
+				var inputErr *InputError
+				if !errors.As(err, &inputErr) || !strings.Contains(err.Error(), "selectors name 5000 namespaces; at most 300 are allowed") {
+					t.Fatalf("err = %v, want an InputError naming the default limit", err)
+				}
+			} else {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, _ := json.Marshal(d.Result)
+				want, _ := json.Marshal(tt.want)
+				if string(got) != string(want) {
+					t.Errorf("result = %s\nwant     %s", got, want)
+				}
+			}
+			var reviewed []string
+			for _, s := range rev.specs {
+				reviewed = append(reviewed, s.ResourceAttributes.Namespace)
+			}
+			slices.Sort(reviewed)
+			if !slices.Equal(reviewed, tt.wantReviews) {
+				t.Errorf("reviewed namespaces %q, want %q", reviewed, tt.wantReviews)
+			}
+		})
 	}
 }
 
@@ -259,7 +430,7 @@ func TestOpenShiftSSARTokens(t *testing.T) {
 func TestOpenShiftPathKeepsPodDecisions(t *testing.T) {
 	rev := &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}
 	a := newTestAuthorizer(t, Config{}, rev, newView())
-	a.EnableOpenShift(OpenShiftConfig{Path: []string{"interlink", "authz", "decision"}}, namespaceList{}, nil)
+	a.EnableOpenShift(OpenShiftConfig{Path: []string{"interlink", "authz", "decision"}}, namespaceList{}, OpenShiftSSAR{})
 	d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(podInput("create", "team-a", "runner", "")))
 	if err != nil || d.Result.(map[string]any)["allowed"] != true {
 		t.Fatalf("pod decision on the opa-openshift path = %v, %v", d.Result, err)

@@ -80,6 +80,22 @@ func decodeReview(b []byte) (ReviewResult, bool) {
 	return ReviewResult{Allowed: c.Allowed, Denied: c.Denied, Reason: c.Reason}, true
 }
 
+// CachedReviewMaxAge returns how long a replica with these TTLs keeps a cached review:
+// allowedTTL for an allow, deniedTTL otherwise, 0 (a miss) for a value it cannot
+// decode. A shared cache caps every hit with it, whatever expiry its writer stamped.
+func CachedReviewMaxAge(allowedTTL, deniedTTL time.Duration) func(value []byte) time.Duration {
+	return func(value []byte) time.Duration {
+		r, ok := decodeReview(value)
+		switch {
+		case !ok:
+			return 0
+		case r.Allowed:
+			return allowedTTL
+		}
+		return deniedTTL
+	}
+}
+
 // CachingReviewer puts a cache and request merging in front of a Reviewer.
 type CachingReviewer struct {
 	reviewer   Reviewer

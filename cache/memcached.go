@@ -2,12 +2,8 @@ package cache
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"net/netip"
@@ -45,6 +41,19 @@ type MemcachedOptions struct {
 	Resolver Resolver
 	Logger   log.Logger
 	Metrics  *Metrics
+
+	// ClusterID scopes every key to one cluster (required): bridges of different
+	// clusters sharing a memcached compute different keys and verify different seals.
+	ClusterID string
+	// Keys sign every value and verify every hit; a value they did not sign is a miss,
+	// counted as result="forged". Required unless InsecureUnsigned.
+	Keys KeySource
+	// InsecureUnsigned stores values with a checksum only: anyone who can write to
+	// memcached can then forge answers.
+	InsecureUnsigned bool
+	// MaxAge returns how long this replica keeps value (its own TTL for that outcome):
+	// an older entry is a miss whatever expiry its writer gave it. Nil: no cap.
+	MaxAge func(value []byte) time.Duration
 }
 
 const (
@@ -52,9 +61,9 @@ const (
 	dnsTimeout          = 5 * time.Second
 	// memcached reads an expiration above 30 days as a Unix timestamp.
 	maxMemcachedTTL = 30 * 24 * time.Hour
-	// hashedKeyPrefix marks keys replaced by their hash. Caller keys with this prefix are
-	// hashed too, so a caller key can never collide with the hash of another.
-	hashedKeyPrefix = "sarb-sha256:"
+	// maxClockSkew is how far in the future a write time may be: further, the writer's
+	// clock is off and the age of its entry unknown, so it is a miss.
+	maxClockSkew = time.Second
 )
 
 // Memcached is a Cache shared by replicas, kept in one or more memcached servers.
@@ -67,6 +76,10 @@ type Memcached struct {
 	metrics  *Metrics
 	logger   log.Logger
 	limited  *limitedLogger
+
+	clusterID string
+	keys      KeySource // nil: unsigned
+	maxAge    func([]byte) time.Duration
 
 	mu       sync.Mutex          // guards lastGood and current
 	lastGood map[string][]string // server spec -> its last successful resolution
@@ -96,6 +109,9 @@ func NewMemcached(ctx context.Context, opts MemcachedOptions) (*Memcached, error
 		}
 		specs = append(specs, spec)
 	}
+	if err := checkSealing(opts); err != nil {
+		return nil, err
+	}
 	if opts.Resolver == nil {
 		opts.Resolver = net.DefaultResolver
 	}
@@ -119,6 +135,10 @@ func NewMemcached(ctx context.Context, opts MemcachedOptions) (*Memcached, error
 		limited:  newLimitedLogger(opts.Logger, defaultLogEvery),
 		lastGood: make(map[string][]string),
 		done:     make(chan struct{}),
+
+		clusterID: opts.ClusterID,
+		keys:      opts.Keys,
+		maxAge:    opts.MaxAge,
 	}
 
 	errs := m.resolve(ctx)
@@ -136,6 +156,21 @@ func NewMemcached(ctx context.Context, opts MemcachedOptions) (*Memcached, error
 	}
 	go m.refreshLoop(ctx, opts.RefreshInterval)
 	return m, nil
+}
+
+// checkSealing refuses to share answers that anyone could forge, unless told to.
+func checkSealing(opts MemcachedOptions) error {
+	switch {
+	case opts.ClusterID == "":
+		return errors.New("memcached: no cluster identity to scope keys with")
+	case opts.Keys != nil && opts.InsecureUnsigned:
+		return errors.New("memcached: HMAC keys and insecure unsigned values exclude each other")
+	case opts.Keys == nil && !opts.InsecureUnsigned:
+		return errors.New("memcached: no HMAC keys: unsigned values can be forged by anyone who can write to memcached")
+	case opts.Keys != nil && opts.Keys.Current() == nil:
+		return errors.New("memcached: empty HMAC key source")
+	}
+	return nil
 }
 
 func parseServer(s string) (serverSpec, error) {
@@ -275,15 +310,17 @@ func (m *Memcached) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	return v, ok, err
 }
 
-// GetWithTTL is Get that also returns how long the value has left to live.
+// GetWithTTL is Get that also returns how long the value has left to live: the least
+// of what its writer allowed and what this replica's MaxAge leaves.
 func (m *Memcached) GetWithTTL(ctx context.Context, key string) (value []byte, remaining time.Duration, ok bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, false, fmt.Errorf("memcached get: %w", err)
 	}
 	start := time.Now()
+	mkey := MemcachedKey(m.clusterID, key)
 	var item *memcache.Item
 	err = m.do(func() (err error) {
-		item, err = m.client.Get(memcachedKey(key))
+		item, err = m.client.Get(mkey)
 		return err
 	})
 	if errors.Is(err, memcache.ErrCacheMiss) {
@@ -295,21 +332,51 @@ func (m *Memcached) GetWithTTL(ctx context.Context, key string) (value []byte, r
 		m.limited.warn("get", "msg", "memcached get failed; reviews are asked live", "err", err)
 		return nil, 0, false, fmt.Errorf("memcached get: %w", err)
 	}
-	value, expiry, ok := decodeValue(item.Value)
-	if !ok {
-		// Another version or writer: a miss, and the next Set replaces it.
-		m.metrics.observeGet(tierMemcached, resultMiss, start)
-		m.limited.debug("decode", "msg", "memcached value not understood; treated as a miss", "len", len(item.Value))
+	value, remaining, r := m.open(mkey, item.Value, time.Now())
+	m.metrics.observeGet(tierMemcached, r, start)
+	switch r {
+	case resultForged:
+		// Never an allow and never an error: the review is asked live and its Set
+		// replaces the value. The key names the entry; it is no secret.
+		m.limited.warn("forged", "msg", "memcached value failed HMAC verification (unknown key, tampered, or moved from another key); treated as a miss",
+			"memcached_key", mkey, "len", len(item.Value))
+		return nil, 0, false, nil
+	case resultMiss:
 		return nil, 0, false, nil
 	}
-	remaining = time.Until(expiry)
-	if remaining <= 0 {
-		// memcached rounds expirations up to whole seconds; the header is exact.
-		m.metrics.observeGet(tierMemcached, resultMiss, start)
-		return nil, 0, false, nil
-	}
-	m.metrics.observeGet(tierMemcached, resultHit, start)
 	return value, remaining, true, nil
+}
+
+// open verifies b, stored under mkey, and caps its life at this replica's MaxAge.
+// A value that fails verification is resultForged when values are signed; unsigned,
+// it is only a miss (another version, or an accident the checksum caught).
+func (m *Memcached) open(mkey string, b []byte, now time.Time) (value []byte, remaining time.Duration, r result) {
+	keys, signed := m.keyring()
+	if signed && keys == nil {
+		return nil, 0, resultForged // no key to verify with: nothing can be trusted
+	}
+	value, s, ok := unseal(keys, m.clusterID, mkey, b)
+	if !ok {
+		if signed {
+			return nil, 0, resultForged
+		}
+		m.limited.debug("decode", "msg", "memcached value not understood; treated as a miss", "len", len(b))
+		return nil, 0, resultMiss
+	}
+	age := now.Sub(s.writtenAt)
+	if age < -maxClockSkew {
+		m.limited.warn("skew", "msg", "memcached value written in the future: a replica's clock is off; treated as a miss", "ahead", -age)
+		return nil, 0, resultMiss
+	}
+	// memcached rounds expirations up to whole seconds; the stamp is exact.
+	remaining = s.expiry.Sub(now)
+	if m.maxAge != nil {
+		remaining = min(remaining, m.maxAge(value)-max(age, 0))
+	}
+	if remaining <= 0 {
+		return nil, 0, resultMiss
+	}
+	return value, remaining, resultHit
 }
 
 // Set stores value under key for ttl (at most 30 days); a non-positive ttl stores nothing.
@@ -321,9 +388,15 @@ func (m *Memcached) Set(ctx context.Context, key string, value []byte, ttl time.
 		return fmt.Errorf("memcached set: %w", err)
 	}
 	ttl = min(ttl, maxMemcachedTTL)
+	keys, signed := m.keyring()
+	if signed && keys == nil {
+		return errors.New("memcached set: no HMAC key in force")
+	}
+	now := time.Now()
+	mkey := MemcachedKey(m.clusterID, key)
 	item := &memcache.Item{
-		Key:        memcachedKey(key),
-		Value:      encodeValue(value, time.Now().Add(ttl)),
+		Key:        mkey,
+		Value:      seal(keys, m.clusterID, mkey, value, stamp{writtenAt: now, expiry: now.Add(ttl)}),
 		Expiration: expirationSeconds(ttl),
 	}
 	err := m.do(func() error { return m.client.Set(item) })
@@ -333,6 +406,14 @@ func (m *Memcached) Set(ctx context.Context, key string, value []byte, ttl time.
 		return fmt.Errorf("memcached set: %w", err)
 	}
 	return nil
+}
+
+// keyring returns the keys in force, and whether values are signed at all.
+func (m *Memcached) keyring() (keys *Keyring, signed bool) {
+	if m.keys == nil {
+		return nil, false
+	}
+	return m.keys.Current(), true
 }
 
 // do runs op, and once more after a failure on a pooled connection the server had
@@ -358,61 +439,6 @@ func staleConn(err error) bool {
 func expirationSeconds(ttl time.Duration) int32 {
 	s := (ttl + time.Second - 1) / time.Second
 	return int32(min(max(s, 1), maxMemcachedTTL/time.Second))
-}
-
-// memcachedKey returns key when memcached accepts it, otherwise a hash of it.
-func memcachedKey(key string) string {
-	if validMemcachedKey(key) && !strings.HasPrefix(key, hashedKeyPrefix) {
-		return key
-	}
-	sum := sha256.Sum256([]byte(key))
-	return hashedKeyPrefix + hex.EncodeToString(sum[:])
-}
-
-func validMemcachedKey(key string) bool {
-	if len(key) == 0 || len(key) > 250 {
-		return false
-	}
-	for i := 0; i < len(key); i++ {
-		if key[i] <= ' ' || key[i] == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// Stored values are: format version (1 byte), expiry in Unix nanoseconds (8 bytes,
-// big endian), CRC-32C of everything else (4 bytes), then the caller's value. The
-// checksum turns a truncated or foreign value into a miss instead of a wrong answer.
-const (
-	valueFormat     = 1
-	valueHeaderSize = 1 + 8 + 4
-)
-
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
-
-func encodeValue(value []byte, expiry time.Time) []byte {
-	b := make([]byte, valueHeaderSize+len(value))
-	b[0] = valueFormat
-	binary.BigEndian.PutUint64(b[1:9], uint64(expiry.UnixNano()))
-	copy(b[valueHeaderSize:], value)
-	binary.BigEndian.PutUint32(b[9:13], valueChecksum(b))
-	return b
-}
-
-func decodeValue(b []byte) (value []byte, expiry time.Time, ok bool) {
-	if len(b) < valueHeaderSize || b[0] != valueFormat {
-		return nil, time.Time{}, false
-	}
-	if binary.BigEndian.Uint32(b[9:13]) != valueChecksum(b) {
-		return nil, time.Time{}, false
-	}
-	return b[valueHeaderSize:], time.Unix(0, int64(binary.BigEndian.Uint64(b[1:9]))), true
-}
-
-func valueChecksum(b []byte) uint32 {
-	crc := crc32.Update(0, crcTable, b[:9])
-	return crc32.Update(crc, crcTable, b[valueHeaderSize:])
 }
 
 const defaultLogEvery = 10 * time.Second

@@ -135,11 +135,19 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
+const testClusterID = "0f6d7a2e-test-cluster"
+
 func newTestMemcached(tb testing.TB, addr string, timeout time.Duration, metrics *Metrics) *Memcached {
 	tb.Helper()
-	m, err := NewMemcached(context.Background(), MemcachedOptions{
+	return newTestMemcachedWith(tb, MemcachedOptions{
 		Servers: []string{addr}, Timeout: timeout, Metrics: metrics, Logger: &logRecorder{},
+		ClusterID: testClusterID, Keys: testKeys(tb, 1),
 	})
+}
+
+func newTestMemcachedWith(tb testing.TB, opts MemcachedOptions) *Memcached {
+	tb.Helper()
+	m, err := NewMemcached(context.Background(), opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -200,12 +208,12 @@ func TestMemcachedServerExpiration(t *testing.T) {
 	if err := m.Set(context.Background(), "k", []byte("v"), time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := raw.Get("k"); err != nil {
+	if _, err := raw.Get(MemcachedKey(testClusterID, "k")); err != nil {
 		t.Fatalf("raw Get = %v; want the entry", err)
 	}
 	// memcached's clock ticks in whole seconds: allow one more.
 	time.Sleep(2100 * time.Millisecond)
-	if _, err := raw.Get("k"); !errors.Is(err, memcache.ErrCacheMiss) {
+	if _, err := raw.Get(MemcachedKey(testClusterID, "k")); !errors.Is(err, memcache.ErrCacheMiss) {
 		t.Fatalf("raw Get after the ttl = %v; want a miss", err)
 	}
 }
@@ -213,26 +221,46 @@ func TestMemcachedServerExpiration(t *testing.T) {
 // A value another writer (or an older version) left is a miss, and Set replaces it.
 func TestMemcachedServerForeignValue(t *testing.T) {
 	p := startMemcached(t)
-	m := newTestMemcached(t, p.addr(), time.Second, nil)
+	reg := prometheus.NewRegistry()
+	m := newTestMemcached(t, p.addr(), time.Second, NewMetrics(reg))
 	ctx := context.Background()
 	raw := memcache.New(p.addr())
 	defer raw.Close()
 
-	good := encodeValue([]byte("allowed"), time.Now().Add(time.Minute))
-	foreign := map[string][]byte{
-		"raw":       []byte(`{"v":1,"a":true}`),
-		"truncated": good[:len(good)-2],
-		"version 0": append([]byte{0}, good[1:]...),
-		"expired":   encodeValue([]byte("allowed"), time.Now().Add(-time.Second)),
+	now := time.Now()
+	keys := testKeys(t, 1)
+	sealed := func(key string, writtenAt, expiry time.Time) []byte {
+		return SealValue(keys, testClusterID, key, []byte("allowed"), writtenAt, expiry)
 	}
-	for name, b := range foreign {
-		t.Run(name, func(t *testing.T) {
-			key := "foreign-" + strings.ReplaceAll(name, " ", "-")
-			if err := raw.Set(&memcache.Item{Key: key, Value: b, Expiration: 60}); err != nil {
+	foreign := []struct {
+		name   string
+		b      func(key string) []byte
+		forged bool
+	}{
+		{name: "raw", b: func(string) []byte { return []byte(`{"v":1,"a":true}`) }, forged: true},
+		{name: "truncated", b: func(k string) []byte { b := sealed(k, now, now.Add(time.Minute)); return b[:len(b)-2] }, forged: true},
+		{name: "version 1", b: func(k string) []byte { return append([]byte{1}, sealed(k, now, now.Add(time.Minute))[1:]...) }, forged: true},
+		{name: "unsigned", b: func(k string) []byte {
+			return SealValue(nil, testClusterID, k, []byte("allowed"), now, now.Add(time.Minute))
+		}, forged: true},
+		{name: "sealed for another key", b: func(string) []byte { return sealed("k", now, now.Add(time.Minute)) }, forged: true},
+		{name: "expired", b: func(k string) []byte { return sealed(k, now.Add(-time.Minute), now.Add(-time.Second)) }},
+	}
+	wantForged := 0.0
+	for _, tt := range foreign {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "foreign-" + strings.ReplaceAll(tt.name, " ", "-")
+			if err := raw.Set(&memcache.Item{Key: MemcachedKey(testClusterID, key), Value: tt.b(key), Expiration: 60}); err != nil {
 				t.Fatal(err)
 			}
 			if v, ok, err := m.Get(ctx, key); ok || err != nil {
 				t.Fatalf("Get = %q, %v, %v; want a miss", v, ok, err)
+			}
+			if tt.forged {
+				wantForged++
+			}
+			if got := metricValue(t, reg, "sar_bridge_cache_requests_total", map[string]string{"tier": "memcached", "result": "forged"}); got != wantForged {
+				t.Errorf("forged = %v, want %v", got, wantForged)
 			}
 			if err := m.Set(ctx, key, []byte("new"), time.Minute); err != nil {
 				t.Fatal(err)
@@ -241,6 +269,94 @@ func TestMemcachedServerForeignValue(t *testing.T) {
 				t.Fatalf("Get after Set = %q, %v, %v", v, ok, err)
 			}
 		})
+	}
+}
+
+// Forged values written straight into memcached: misses, counted, logged once per
+// interval, never an error; the genuine value written after them is a hit again.
+func TestMemcachedServerForged(t *testing.T) {
+	p := startMemcached(t)
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(reg)
+	m := newTestMemcached(t, p.addr(), time.Second, metrics)
+	logs := m.logger.(*logRecorder)
+	tiered := NewTiered(NewMemory(16), time.Minute, m, metrics)
+	raw := memcache.New(p.addr())
+	defer raw.Close()
+	ctx := context.Background()
+	now := time.Now()
+	allowed := []byte(`{"v":1,"a":true}`)
+
+	const forgeries = 5
+	for i := 0; i < forgeries; i++ {
+		key := fmt.Sprintf("sarb1-forged-%d", i)
+		// The attacker knows everything but the key.
+		forged := SealValue(testKeys(t, 99), testClusterID, key, allowed, now, now.Add(time.Hour))
+		if err := raw.Set(&memcache.Item{Key: MemcachedKey(testClusterID, key), Value: forged, Expiration: 3600}); err != nil {
+			t.Fatal(err)
+		}
+		if v, ok, err := tiered.Get(ctx, key); ok || err != nil {
+			t.Fatalf("Get of forgery %d = %q, %v, %v; want a miss without error", i, v, ok, err)
+		}
+	}
+	forged := map[string]string{"tier": "memcached", "result": "forged"}
+	if got := metricValue(t, reg, "sar_bridge_cache_requests_total", forged); got != forgeries {
+		t.Errorf("forged = %v, want %d", got, forgeries)
+	}
+	if got := metricValue(t, reg, "sar_bridge_cache_requests_total", map[string]string{"tier": "memcached", "result": "hit"}); got != 0 {
+		t.Errorf("memcached hits = %v, want 0", got)
+	}
+	if n := logs.count("failed HMAC verification"); n != 1 {
+		t.Errorf("logged %d forgeries, want 1 (rate limited): %q", n, logs.lines)
+	}
+	// The live review's Set replaces the forgery.
+	if err := tiered.Set(ctx, "sarb1-forged-0", []byte(`{"v":1,"d":true}`), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fresh := NewTiered(NewMemory(16), time.Minute, m, metrics) // an empty front: read memcached
+	if v, ok, err := fresh.Get(ctx, "sarb1-forged-0"); !ok || err != nil || string(v) != `{"v":1,"d":true}` {
+		t.Fatalf("Get after Set = %q, %v, %v; want the genuine value", v, ok, err)
+	}
+}
+
+// Two clusters' bridges sharing one memcached, even with the same HMAC key, never
+// answer from each other's entries.
+func TestMemcachedServerClusterScope(t *testing.T) {
+	p := startMemcached(t)
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(reg)
+	newFor := func(cluster string) *Memcached {
+		return newTestMemcachedWith(t, MemcachedOptions{
+			Servers: []string{p.addr()}, Timeout: time.Second, Logger: &logRecorder{}, Metrics: metrics,
+			ClusterID: cluster, Keys: testKeys(t, 1),
+		})
+	}
+	a, a2, b := newFor("cluster-a"), newFor("cluster-a"), newFor("cluster-b")
+	ctx := context.Background()
+	const key = "sarb1-same-spec"
+	if err := a.Set(ctx, key, []byte("allowed in a"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := b.Get(ctx, key); ok || err != nil {
+		t.Fatalf("cluster b Get = %q, %v, %v; want a miss", v, ok, err)
+	}
+	if v, ok, err := a2.Get(ctx, key); !ok || err != nil || string(v) != "allowed in a" {
+		t.Fatalf("another replica of cluster a: Get = %q, %v, %v; want a hit", v, ok, err)
+	}
+	if err := b.Set(ctx, key, []byte("denied in b"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		m    *Memcached
+		want string
+	}{{"a", a, "allowed in a"}, {"b", b, "denied in b"}} {
+		if v, ok, err := c.m.Get(ctx, key); !ok || err != nil || string(v) != c.want {
+			t.Errorf("cluster %s: Get = %q, %v, %v; want %q", c.name, v, ok, err, c.want)
+		}
+	}
+	if got := metricValue(t, reg, "sar_bridge_cache_requests_total", map[string]string{"tier": "memcached", "result": "forged"}); got != 0 {
+		t.Errorf("forged = %v, want 0: the clusters' keys differ, they never read each other's values", got)
 	}
 }
 
@@ -283,6 +399,43 @@ func TestTieredServer(t *testing.T) {
 		time.Sleep(1100 * time.Millisecond)
 		if _, ok, _ := front.Get(ctx, "k2"); ok {
 			t.Error("front copy outlived the entry ttl")
+		}
+	})
+
+	// Written by a replica with a longer TTL (or stamped a year ahead): this replica
+	// keeps it no longer than its own MaxAge, in memcached and in front.
+	t.Run("a year-away expiry is capped at this replica's TTL", func(t *testing.T) {
+		const ownTTL = 2 * time.Second
+		keys := testKeys(t, 1)
+		back := newTestMemcachedWith(t, MemcachedOptions{
+			Servers: []string{p.addr()}, Timeout: time.Second, Logger: &logRecorder{},
+			ClusterID: testClusterID, Keys: keys, MaxAge: func([]byte) time.Duration { return ownTTL },
+		})
+		front := NewMemory(16)
+		tiered := NewTiered(front, time.Hour, back, nil)
+		raw := memcache.New(p.addr())
+		defer raw.Close()
+		now := time.Now()
+		for _, e := range []struct {
+			key     string
+			age     time.Duration
+			wantHit bool
+		}{{"k-old", ownTTL + time.Second, false}, {"k-young", ownTTL - time.Second, true}} {
+			b := SealValue(keys, testClusterID, e.key, []byte("v"), now.Add(-e.age), now.Add(365*24*time.Hour))
+			if err := raw.Set(&memcache.Item{Key: MemcachedKey(testClusterID, e.key), Value: b, Expiration: 3600}); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := tiered.Get(ctx, e.key); ok != e.wantHit || err != nil {
+				t.Fatalf("%s: Get = %v, %v; want hit = %v", e.key, ok, err, e.wantHit)
+			}
+		}
+		// About 1s was left of k-young's own TTL: its front copy ends with it.
+		time.Sleep(1100 * time.Millisecond)
+		if _, ok, _ := front.Get(ctx, "k-young"); ok {
+			t.Error("front copy outlived this replica's TTL")
+		}
+		if _, ok, err := tiered.Get(ctx, "k-young"); ok || err != nil {
+			t.Errorf("Get after this replica's TTL = %v, %v; want a miss", ok, err)
 		}
 	})
 
@@ -465,13 +618,49 @@ func BenchmarkGetHit(b *testing.B) {
 		}
 	}
 	b.Run("memory", func(b *testing.B) { run(b, NewMemory(1024)) })
+	// Signed and unsigned against one server in one run: the ratio is the cost of
+	// signing and verifying a hit.
+	p := startMemcached(b)
 	b.Run("memcached", func(b *testing.B) {
-		p := startMemcached(b)
 		run(b, newTestMemcached(b, p.addr(), time.Second, NewMetrics(nil)))
 	})
+	b.Run("memcached-unsigned", func(b *testing.B) {
+		run(b, newTestMemcachedWith(b, MemcachedOptions{
+			Servers: []string{p.addr()}, Timeout: time.Second, Metrics: NewMetrics(nil), Logger: &logRecorder{},
+			ClusterID: testClusterID + "-unsigned", InsecureUnsigned: true,
+		}))
+	})
 	b.Run("tiered", func(b *testing.B) {
-		p := startMemcached(b)
 		m := NewMetrics(nil)
 		run(b, NewTiered(NewMemory(1024), time.Hour, newTestMemcached(b, p.addr(), time.Second, m), m))
 	})
+}
+
+// BenchmarkOpen is the verification of a hit alone, without the round trip.
+func BenchmarkOpen(b *testing.B) {
+	value := []byte(`{"v":1,"a":true,"r":"RBAC: allowed by ClusterRoleBinding \"x\""}`)
+	mkey := MemcachedKey(testClusterID, "sarb1-bench")
+	now := time.Now()
+	for _, c := range []struct {
+		name string
+		keys *Keyring
+	}{{"signed", testKeys(b, 1)}, {"signed-3-keys-last", testKeys(b, 2, 3, 1)}, {"unsigned", nil}} {
+		b.Run(c.name, func(b *testing.B) {
+			writer := c.keys
+			if writer != nil {
+				writer = testKeys(b, 1)
+			}
+			stored := seal(writer, testClusterID, mkey, value, stamp{now, now.Add(time.Hour)})
+			m := &Memcached{clusterID: testClusterID, maxAge: func([]byte) time.Duration { return time.Hour }}
+			if c.keys != nil {
+				m.keys = c.keys
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, r := m.open(mkey, stored, now); r != resultHit {
+					b.Fatalf("result %d", r)
+				}
+			}
+		})
+	}
 }

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -145,7 +144,7 @@ func TestNewMemcachedResolution(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &fakeResolver{answers: tt.answers}
-			m, err := NewMemcached(context.Background(), MemcachedOptions{Servers: tt.servers, Resolver: r})
+			m, err := NewMemcached(context.Background(), MemcachedOptions{Servers: tt.servers, Resolver: r, ClusterID: testClusterID, Keys: testKeys(t, 1)})
 			if r.callCount() != tt.wantCalls {
 				t.Errorf("resolver calls = %d, want %d", r.callCount(), tt.wantCalls)
 			}
@@ -206,6 +205,7 @@ func TestMemcachedRefresh(t *testing.T) {
 			}}
 			m, err := NewMemcached(context.Background(), MemcachedOptions{
 				Servers: []string{"a:11211", "b:11211"}, Resolver: r, Metrics: NewMetrics(reg),
+				ClusterID: testClusterID, Keys: testKeys(t, 1),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -234,6 +234,7 @@ func TestMemcachedRefreshLoop(t *testing.T) {
 	logs := &logRecorder{}
 	m, err := NewMemcached(context.Background(), MemcachedOptions{
 		Servers: []string{"mc:11211"}, Resolver: r, RefreshInterval: 5 * time.Millisecond, Logger: logs,
+		ClusterID: testClusterID, Keys: testKeys(t, 1),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +262,9 @@ func TestMemcachedRefreshLoop(t *testing.T) {
 func TestMemcachedRefreshStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &fakeResolver{answers: map[string]fakeAnswer{"mc": {addrs: []string{"10.0.0.1"}}}}
-	m, err := NewMemcached(ctx, MemcachedOptions{Servers: []string{"mc:11211"}, Resolver: r, RefreshInterval: time.Millisecond})
+	m, err := NewMemcached(ctx, MemcachedOptions{
+		Servers: []string{"mc:11211"}, Resolver: r, RefreshInterval: time.Millisecond, ClusterID: testClusterID, Keys: testKeys(t, 1),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,96 +312,6 @@ func (l *logRecorder) count(substr string) int {
 }
 
 var _ log.Logger = (*logRecorder)(nil)
-
-func TestValueEncoding(t *testing.T) {
-	expiry := time.Unix(1700000000, 123456789)
-	tests := []struct {
-		name  string
-		value []byte
-	}{
-		{name: "empty", value: []byte{}},
-		{name: "json", value: []byte(`{"v":1,"a":true}`)},
-		{name: "binary", value: []byte{0, 1, 0xff, '\r', '\n'}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			b := encodeValue(tt.value, expiry)
-			v, exp, ok := decodeValue(b)
-			if !ok || !bytes.Equal(v, tt.value) || !exp.Equal(expiry) {
-				t.Fatalf("decode = %q, %v, %v; want %q, %v", v, exp, ok, tt.value, expiry)
-			}
-		})
-	}
-}
-
-func TestValueDecodingRejects(t *testing.T) {
-	good := encodeValue([]byte("allowed"), time.Now().Add(time.Minute))
-	mutate := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
-	tests := []struct {
-		name string
-		b    []byte
-	}{
-		{name: "nil", b: nil},
-		{name: "shorter than the header", b: good[:valueHeaderSize-1]},
-		{name: "truncated value", b: good[:len(good)-1]},
-		{name: "extra byte", b: append(bytes.Clone(good), 'x')},
-		{name: "old version", b: mutate(func(b []byte) []byte { b[0] = 0; return b })},
-		{name: "future version", b: mutate(func(b []byte) []byte { b[0] = valueFormat + 1; return b })},
-		{name: "expiry changed", b: mutate(func(b []byte) []byte { b[3] ^= 1; return b })},
-		{name: "value changed", b: mutate(func(b []byte) []byte { b[len(b)-1] ^= 1; return b })},
-		{name: "raw caller value", b: []byte(`{"v":1,"a":true,"r":"some reason"}`)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if v, _, ok := decodeValue(tt.b); ok {
-				t.Fatalf("decodeValue(%q) = %q, ok; want rejected", tt.b, v)
-			}
-		})
-	}
-}
-
-func TestMemcachedKey(t *testing.T) {
-	sarKey := "sarb1-" + strings.Repeat("ab", 32)
-	long := strings.Repeat("k", 251)
-	tests := []struct {
-		name   string
-		key    string
-		hashed bool
-	}{
-		{name: "caller key", key: sarKey},
-		{name: "250 bytes", key: strings.Repeat("k", 250)},
-		{name: "utf-8", key: "clé"},
-		{name: "251 bytes", key: long, hashed: true},
-		{name: "space", key: "a b", hashed: true},
-		{name: "newline", key: "a\r\nflush_all", hashed: true},
-		{name: "tab", key: "a\tb", hashed: true},
-		{name: "DEL", key: "a\x7f", hashed: true},
-		{name: "empty", key: "", hashed: true},
-		{name: "looks hashed", key: hashedKeyPrefix + strings.Repeat("0", 64), hashed: true},
-	}
-	seen := map[string]string{}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := memcachedKey(tt.key)
-			if !validMemcachedKey(got) {
-				t.Fatalf("memcachedKey(%q) = %q, not a valid memcached key", tt.key, got)
-			}
-			if hashed := got != tt.key; hashed != tt.hashed {
-				t.Fatalf("memcachedKey(%q) = %q, hashed = %v, want %v", tt.key, got, hashed, tt.hashed)
-			}
-			if tt.hashed && (!strings.HasPrefix(got, hashedKeyPrefix) || len(got) != len(hashedKeyPrefix)+64) {
-				t.Errorf("hashed key %q: want %s + 64 hex digits", got, hashedKeyPrefix)
-			}
-			if memcachedKey(tt.key) != got {
-				t.Error("not deterministic")
-			}
-			if other, dup := seen[got]; dup {
-				t.Errorf("%q and %q map to the same key", tt.key, other)
-			}
-			seen[got] = tt.key
-		})
-	}
-}
 
 func TestExpirationSeconds(t *testing.T) {
 	tests := []struct {

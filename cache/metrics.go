@@ -29,6 +29,7 @@ type Metrics struct {
 
 type tierMetrics struct {
 	hit, miss, err prometheus.Counter
+	forged         prometheus.Counter
 	duration       prometheus.Observer
 	sets, setErrs  prometheus.Counter
 }
@@ -39,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sar_bridge_cache_requests_total",
-			Help: "Cache look-ups by tier (memory, memcached) and result (hit, miss, error).",
+			Help: "Cache look-ups by tier (memory, memcached) and result (hit, miss, error; forged: a memcached value that failed HMAC verification, a miss).",
 		}, []string{"tier", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sar_bridge_cache_request_duration_seconds",
@@ -77,6 +78,7 @@ func (m *Metrics) tier(name string) *tierMetrics {
 		hit:      m.requests.WithLabelValues(name, "hit"),
 		miss:     m.requests.WithLabelValues(name, "miss"),
 		err:      m.requests.WithLabelValues(name, "error"),
+		forged:   m.requests.WithLabelValues(name, "forged"),
 		duration: m.duration.WithLabelValues(name),
 		sets:     m.sets.WithLabelValues(name),
 		setErrs:  m.setErrors.WithLabelValues(name),
@@ -89,6 +91,7 @@ const (
 	resultHit result = iota
 	resultMiss
 	resultError
+	resultForged
 )
 
 func (m *Metrics) forTier(tier string) *tierMetrics {
@@ -112,6 +115,8 @@ func (m *Metrics) observeGet(tier string, r result, start time.Time) {
 		t.hit.Inc()
 	case resultMiss:
 		t.miss.Inc()
+	case resultForged:
+		t.forged.Inc()
 	default:
 		t.err.Inc()
 	}

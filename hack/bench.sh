@@ -9,6 +9,7 @@ count=${COUNT:-5}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 go test -run '^$' -bench '^BenchmarkGetHit$' -benchtime 20000x -count "$count" ./cache/ | tee -a "$out"
+go test -run '^$' -bench '^BenchmarkOpen$' -benchmem -count "$count" ./cache/ | tee -a "$out"
 go test -run '^$' -bench '^(BenchmarkEvalDecision|BenchmarkDecide)$' -benchmem -count "$count" ./policies/ ./authorizer/ | tee -a "$out"
 echo
 awk '
@@ -22,6 +23,9 @@ awk '
     print "ratios (fastest of each, same run):"
     ratio("cache: tiered front hit / memory hit", "BenchmarkGetHit/tiered", "BenchmarkGetHit/memory")
     ratio("cache: memcached hit / memory hit", "BenchmarkGetHit/memcached", "BenchmarkGetHit/memory")
+    ratio("cache: signed memcached hit / unsigned memcached hit", "BenchmarkGetHit/memcached", "BenchmarkGetHit/memcached-unsigned")
+    ratio("cache: HMAC verification / CRC check (no round trip)", "BenchmarkOpen/signed", "BenchmarkOpen/unsigned")
+    ratio("cache: verification, 3 keys, last signed / 1 key", "BenchmarkOpen/signed-3-keys-last", "BenchmarkOpen/signed")
     ratio("decision (cached review) / policy evaluation alone", "BenchmarkDecide/cache-hit", "BenchmarkEvalDecision")
     ratio("decision (fake API review) / decision (cached review)", "BenchmarkDecide/review-each-time", "BenchmarkDecide/cache-hit")
   }' "$out"

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -18,6 +19,7 @@ import (
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // ClientOptions configures the connection to the Kubernetes API.
@@ -52,11 +54,29 @@ func NewClient(opts ClientOptions) (kubernetes.Interface, *rest.Config, error) {
 	if opts.UserAgent != "" {
 		cfg.UserAgent = opts.UserAgent
 	}
+	cfg.RateLimiter = sharedRateLimiter(cfg)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating Kubernetes client: %w", err)
 	}
 	return client, cfg, nil
+}
+
+// sharedRateLimiter is one token bucket for every client built from cfg (the bridge's
+// clientset and its SelfSubjectAccessReview client), so --kube.qps/--kube.burst bound
+// all of the bridge's traffic. A negative QPS keeps client-go's "no limit".
+func sharedRateLimiter(cfg *rest.Config) flowcontrol.RateLimiter {
+	if cfg.RateLimiter != nil || cfg.QPS < 0 {
+		return cfg.RateLimiter
+	}
+	qps, burst := cfg.QPS, cfg.Burst
+	if qps == 0 {
+		qps = rest.DefaultQPS
+	}
+	if burst == 0 {
+		burst = rest.DefaultBurst
+	}
+	return flowcontrol.NewTokenBucketRateLimiter(qps, burst)
 }
 
 // SubjectAccessReviewer asks the Kubernetes API whether a subject may do something.
@@ -91,9 +111,9 @@ func (r *SubjectAccessReviewer) Review(ctx context.Context, spec authorizationv1
 
 // withRetries calls review until it succeeds, fails for good, or backoff or ctx run out;
 // then the last error is returned.
-func withRetries(ctx context.Context, backoff wait.Backoff, review func(context.Context) (authorizationv1.SubjectAccessReviewStatus, error)) (authorizationv1.SubjectAccessReviewStatus, error) {
+func withRetries[T any](ctx context.Context, backoff wait.Backoff, review func(context.Context) (T, error)) (T, error) {
 	var (
-		status  authorizationv1.SubjectAccessReviewStatus
+		status  T
 		lastErr error
 	)
 	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
@@ -152,27 +172,34 @@ func truncate(s string, n int) string {
 }
 
 // SelfSubjectAccessReviewer asks the Kubernetes API what the bearer of a token may do,
-// with that token as the only credential (opa-openshift's --opa.ssar).
+// with that token as the only credential (opa-openshift's --opa.ssar). One serves the
+// whole bridge: the token travels in each request's context (WithBearerToken), so every
+// review shares one connection pool and the bridge's rate limiter.
 type SelfSubjectAccessReviewer struct {
 	client  authorizationv1client.SelfSubjectAccessReviewInterface
 	backoff wait.Backoff
 }
 
-// NewSelfSubjectAccessReviewer returns a reviewer for the bearer of token. base provides
-// the server address and CA only; the bridge's own credentials are dropped.
-func NewSelfSubjectAccessReviewer(base *rest.Config, token string, backoff wait.Backoff) (*SelfSubjectAccessReviewer, error) {
-	cfg := rest.AnonymousClientConfig(base)
-	cfg.BearerToken = token
+// NewSelfSubjectAccessReviewer returns the reviewer. base provides the server address,
+// CA and rate limiter only; the bridge's own credentials are dropped, and a request
+// without a token in its context is never sent.
+func NewSelfSubjectAccessReviewer(base *rest.Config, backoff wait.Backoff) (*SelfSubjectAccessReviewer, error) {
+	cfg := rest.AnonymousClientConfig(base) // keeps base.RateLimiter: the shared bucket
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &contextBearer{next: rt} })
 	client, err := authorizationv1client.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("creating a client for the forwarded access token: %w", err)
+		return nil, fmt.Errorf("creating the SelfSubjectAccessReview client: %w", err)
 	}
 	return &SelfSubjectAccessReviewer{client: client.SelfSubjectAccessReviews(), backoff: backoff}, nil
 }
 
-// Review sends a SelfSubjectAccessReview with the spec's attributes; the spec's user,
-// groups and extra are ignored, since the token is the identity.
+// Review sends a SelfSubjectAccessReview with the spec's attributes as the bearer of the
+// token in ctx; the spec's user, groups and extra are ignored, since the token is the
+// identity.
 func (r *SelfSubjectAccessReviewer) Review(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error) {
+	if BearerTokenFrom(ctx) == "" {
+		return authorizationv1.SubjectAccessReviewStatus{}, ErrNoBearerToken
+	}
 	ssar := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 		ResourceAttributes: spec.ResourceAttributes, NonResourceAttributes: spec.NonResourceAttributes,
 	}}
@@ -184,3 +211,36 @@ func (r *SelfSubjectAccessReviewer) Review(ctx context.Context, spec authorizati
 		return got.Status, nil
 	})
 }
+
+// ErrNoBearerToken is a SelfSubjectAccessReview asked without a token: it would be
+// answered for system:anonymous, so it is refused instead.
+var ErrNoBearerToken = errors.New("no bearer token in the request context")
+
+type bearerTokenKey struct{}
+
+// WithBearerToken makes token the credential of the SelfSubjectAccessReviews sent with ctx.
+func WithBearerToken(ctx context.Context, token string) context.Context {
+	return context.WithValue(ctx, bearerTokenKey{}, token)
+}
+
+// BearerTokenFrom returns the token WithBearerToken stored, or "".
+func BearerTokenFrom(ctx context.Context) string {
+	token, _ := ctx.Value(bearerTokenKey{}).(string)
+	return token
+}
+
+// contextBearer authenticates each request with the token of its context.
+type contextBearer struct{ next http.RoundTripper }
+
+func (t *contextBearer) RoundTrip(req *http.Request) (*http.Response, error) {
+	token := BearerTokenFrom(req.Context())
+	if token == "" {
+		return nil, ErrNoBearerToken
+	}
+	req = req.Clone(req.Context()) // a RoundTripper must not modify its request
+	req.Header.Set("Authorization", "Bearer "+token)
+	return t.next.RoundTrip(req)
+}
+
+// WrappedRoundTripper lets client-go's debugging and cancellation helpers see through.
+func (t *contextBearer) WrappedRoundTripper() http.RoundTripper { return t.next }

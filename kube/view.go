@@ -7,10 +7,12 @@ import (
 	"sort"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
@@ -28,21 +30,63 @@ type ClusterView struct {
 	namespaces listersv1.NamespaceLister
 	nodes      listersv1.NodeLister
 	hasSynced  []cache.InformerSynced
+
+	// notFound remembers, briefly, namespaces the API said do not exist, so a stream
+	// of decisions for one is not a stream of GETs; the informer forgets an entry as
+	// soon as the namespace appears.
+	notFound    *utilcache.LRUExpireCache
+	notFoundTTL time.Duration
+	lookups     singleflight.Group
+}
+
+// Defaults of the negative namespace cache.
+const (
+	DefaultNotFoundTTL = 5 * time.Second
+	notFoundCacheSize  = 4096
+	// liveLookupTimeout bounds one shared GET of a namespace, whoever waits for it.
+	liveLookupTimeout = 5 * time.Second
+)
+
+// ViewOption configures a ClusterView.
+type ViewOption func(*ClusterView)
+
+// WithNotFoundTTL sets how long a namespace the API reported missing is answered as
+// missing without asking again; 0 asks every time.
+func WithNotFoundTTL(ttl time.Duration) ViewOption {
+	return func(v *ClusterView) { v.notFoundTTL = ttl }
 }
 
 // NewClusterView sets up (but does not start) informers for namespaces and nodes.
-func NewClusterView(client kubernetes.Interface, resync time.Duration) *ClusterView {
+func NewClusterView(client kubernetes.Interface, resync time.Duration, opts ...ViewOption) *ClusterView {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, resync,
 		informers.WithTransform(dropManagedFields))
 	nsInformer := factory.Core().V1().Namespaces()
 	nodeInformer := factory.Core().V1().Nodes()
-	return &ClusterView{
-		client:     client,
-		factory:    factory,
-		namespaces: nsInformer.Lister(),
-		nodes:      nodeInformer.Lister(),
-		hasSynced:  []cache.InformerSynced{nsInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced},
+	v := &ClusterView{
+		client:      client,
+		factory:     factory,
+		namespaces:  nsInformer.Lister(),
+		nodes:       nodeInformer.Lister(),
+		hasSynced:   []cache.InformerSynced{nsInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced},
+		notFound:    utilcache.NewLRUExpireCache(notFoundCacheSize),
+		notFoundTTL: DefaultNotFoundTTL,
 	}
+	for _, o := range opts {
+		o(v)
+	}
+	forget := func(obj any) {
+		if ns, ok := obj.(metav1.Object); ok {
+			v.notFound.Remove(ns.GetName())
+		}
+	}
+	_, err := nsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    forget,
+		UpdateFunc: func(_, obj any) { forget(obj) },
+	})
+	if err != nil {
+		v.notFoundTTL = 0 // nothing would invalidate entries early: cache nothing
+	}
+	return v
 }
 
 // Start runs the informers until ctx ends.
@@ -65,7 +109,9 @@ func (v *ClusterView) Synced() bool {
 
 // Namespace returns a namespace from the informer cache. A namespace the cache has not
 // seen yet (created moments ago) is read live, so a new tenant is never resolved by its
-// name while its label is still on the way. The returned object must not be modified.
+// name while its label is still on the way; concurrent reads of one name share a GET,
+// and a name the API reports missing is answered from the negative cache for a few
+// seconds. The returned object must not be modified.
 func (v *ClusterView) Namespace(ctx context.Context, name string) (*corev1.Namespace, error) {
 	ns, err := v.namespaces.Get(name)
 	if err == nil {
@@ -74,14 +120,54 @@ func (v *ClusterView) Namespace(ctx context.Context, name string) (*corev1.Names
 	if !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reading namespace %q from cache: %w", name, err)
 	}
-	ns, err = v.client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if _, missing := v.notFound.Get(name); missing {
+		return nil, fmt.Errorf("namespace %q: %w", name, ErrNamespaceNotFound)
+	}
+	ch := v.lookups.DoChan(name, func() (any, error) {
+		if _, missing := v.notFound.Get(name); missing { // raced with the GET before
+			return nil, fmt.Errorf("namespace %q: %w", name, ErrNamespaceNotFound)
+		}
+		// The shared GET outlives a waiter that gives up, but not its own timeout.
+		getCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), liveLookupTimeout)
+		defer cancel()
+		return v.readLive(getCtx, name)
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(*corev1.Namespace), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("reading namespace %q: %w", name, ctx.Err())
+	}
+}
+
+// readLive GETs a namespace; a missing one is remembered in the negative cache.
+func (v *ClusterView) readLive(ctx context.Context, name string) (*corev1.Namespace, error) {
+	ns, err := v.client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
+		v.rememberMissing(name)
 		return nil, fmt.Errorf("namespace %q: %w", name, ErrNamespaceNotFound)
 	case err != nil:
 		return nil, fmt.Errorf("reading namespace %q: %w", name, err)
 	}
 	return ns, nil
+}
+
+// rememberMissing adds name to the negative cache, then looks at the informer again:
+// the informer stores a namespace before it runs the handler that forgets it, so a
+// namespace created while the GET was on its way is either seen here or forgotten by
+// the handler afterwards, never remembered as missing.
+func (v *ClusterView) rememberMissing(name string) {
+	if v.notFoundTTL <= 0 {
+		return
+	}
+	v.notFound.Add(name, struct{}{}, v.notFoundTTL)
+	if _, err := v.namespaces.Get(name); err == nil {
+		v.notFound.Remove(name)
+	}
 }
 
 // Node returns a node from the informer cache; ok is false when the cluster has none of

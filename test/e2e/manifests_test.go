@@ -224,3 +224,17 @@ func TestManifestsArgsAndPolicyData(t *testing.T) {
 	decide(t, b, input("create", newPod("team-a", "runner", "cm-2")), allow(`RoleBinding "offload/team-a"`))
 	decide(t, b, input("create", newPod("team-a", "runner", "cm-3", withToleration(corev1.Toleration{Key: "hpc.example/gpu", Operator: corev1.TolerationOpExists}))), deny("hpc.example/gpu"))
 }
+
+// The Deployment runs the image `make image` builds: the repository it writes and the
+// release tag of the VERSION file, never a moving tag such as latest.
+func TestManifestsBaseImage(t *testing.T) {
+	release, err := os.ReadFile(filepath.Join(suite.root, "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "ghcr.io/sar-bridge/sar-bridge:" + strings.TrimSpace(string(release))
+	d := find[appsv1.Deployment](t, renderBase(t), "Deployment", "sar-bridge")
+	if got := d.Spec.Template.Spec.Containers[0].Image; got != want {
+		t.Errorf("Deployment image %q, want %q (make image's repository and the VERSION file's tag)", got, want)
+	}
+}

@@ -23,8 +23,8 @@ func TestSharedCacheMemcached(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mc.Stop()
-	a := newBridge(t, "--memcached="+mc.Addr)
-	b := newBridge(t, "--memcached="+mc.Addr)
+	a := newBridge(t, memcachedArgs(t, mc)...)
+	b := newBridge(t, memcachedArgs(t, mc)...)
 
 	in := input("status", newPod("team-a", "runner", "shared-1"))
 	decide(t, a, in, allow(`RoleBinding "offload/team-a"`))
@@ -134,7 +134,7 @@ func TestMemcachedKilledMidStreamAndRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { mc.Stop() }()
-	flags := []string{"--memcached=" + mc.Addr, "--cache.front-ttl=1s"}
+	flags := memcachedArgs(t, mc, "--cache.front-ttl=1s")
 	a := newBridge(t, flags...)
 	b := newBridge(t, flags...)
 
@@ -271,7 +271,7 @@ func TestMemcachedTTLsAcrossReplicas(t *testing.T) {
 	}
 	defer mc.Stop()
 	// --cache.allowed-ttl stays 5m: --memcached.expire must take its place.
-	flags := []string{"--memcached=" + mc.Addr, "--memcached.expire=3", "--cache.front-ttl=1s", "--cache.denied-ttl=2s"}
+	flags := memcachedArgs(t, mc, "--memcached.expire=3", "--cache.front-ttl=1s", "--cache.denied-ttl=2s")
 	a := newBridge(t, flags...)
 	b := newBridge(t, flags...)
 	ctx := context.Background()

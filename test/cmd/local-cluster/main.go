@@ -9,12 +9,16 @@
 //	cd test && go run ./cmd/local-cluster --dir /tmp/sar-bridge-local [--bridge ../bin/sar-bridge [-- --log.level=debug]]
 //
 // Files written to --dir: admin.kubeconfig, sar-bridge.kubeconfig, policy-data.yaml
-// (the data of manifests/base's ConfigMap), env (shell assignments), and ready (created
-// last, removed on exit; scripts can wait for it).
+// (the data of manifests/base's ConfigMap), memcached-hmac.key (a fresh key for
+// --memcached.hmac-key-file; with --bridge and memcached installed, the bridge shares
+// reviews through a local memcached signed with it), env (shell assignments), and
+// ready (created last, removed on exit; scripts can wait for it).
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,6 +51,7 @@ func run() error {
 	bridge := flag.String("bridge", "", "sar-bridge binary to run against the cluster (default: none, only the control plane)")
 	listen := flag.String("bridge.listen", "127.0.0.1:8080", "with --bridge: its --web.listen")
 	internalListen := flag.String("bridge.internal-listen", "127.0.0.1:8081", "with --bridge: its --web.internal.listen")
+	withMemcached := flag.Bool("memcached", true, "with --bridge: also run memcached (when installed) and share reviews through it, signed with a key generated into --dir")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: local-cluster --dir DIR [--bridge BINARY] [flags] [-- sar-bridge flags]\n")
 		flag.PrintDefaults()
@@ -121,9 +126,13 @@ func run() error {
 	if err := writePolicyData(base, dataPath); err != nil {
 		return err
 	}
+	keyPath := filepath.Join(absDir, "memcached-hmac.key")
+	if err := writeHMACKey(keyPath); err != nil {
+		return err
+	}
 	envPath := filepath.Join(absDir, "env")
-	env := fmt.Sprintf("ADMIN_KUBECONFIG=%s\nSAR_BRIDGE_KUBECONFIG=%s\nSAR_BRIDGE_POLICY_DATA=%s\nKUBE_APISERVER=%s\n",
-		shellQuote(adminPath), shellQuote(bridgePath), shellQuote(dataPath), shellQuote(c.Host()))
+	env := fmt.Sprintf("ADMIN_KUBECONFIG=%s\nSAR_BRIDGE_KUBECONFIG=%s\nSAR_BRIDGE_POLICY_DATA=%s\nKUBE_APISERVER=%s\nSAR_BRIDGE_MEMCACHED_HMAC_KEY_FILE=%s\n",
+		shellQuote(adminPath), shellQuote(bridgePath), shellQuote(dataPath), shellQuote(c.Host()), shellQuote(keyPath))
 	if err := os.WriteFile(envPath, []byte(env), 0o644); err != nil {
 		return err
 	}
@@ -139,6 +148,16 @@ func run() error {
 		"--policies.data=" + dataPath,
 		"--web.listen=" + *listen,
 		"--web.internal.listen=" + *internalListen,
+	}
+	if *bridge != "" && *withMemcached {
+		// Shared reviews are signed: the bridge refuses memcached without a key.
+		if mc, err := cluster.StartMemcached(filepath.Join(absDir, "memcached.log")); err != nil {
+			fmt.Fprintf(os.Stderr, "local-cluster: no memcached (%v); the bridge caches in process only\n", err)
+		} else {
+			defer mc.Stop()
+			fmt.Printf("memcached:             %s (values signed with %s)\n", mc.Addr, keyPath)
+			bridgeArgs = append(bridgeArgs, "--memcached="+mc.Addr, "--memcached.hmac-key-file="+keyPath)
+		}
 	}
 	bridgeArgs = append(bridgeArgs, flag.Args()...)
 	addr := *listen
@@ -192,6 +211,16 @@ func run() error {
 		bridgeDone <- err // for the deferred stop
 		return fmt.Errorf("sar-bridge exited: %v", err)
 	}
+}
+
+// writeHMACKey writes a fresh memcached HMAC key, readable by its owner only.
+func writeHMACKey(path string) error {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	data := "# sar-bridge memcached HMAC keys, one per line: the first signs, all verify\n" + hex.EncodeToString(key) + "\n"
+	return os.WriteFile(path, []byte(data), 0o600)
 }
 
 func examplePod(op, sa string) string {

@@ -1,0 +1,260 @@
+package interlink
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/sar-bridge/sar-bridge/authorizer"
+)
+
+func TestParseObject(t *testing.T) {
+	tests := []struct {
+		name, in, wantErr string
+	}{
+		{name: "object", in: `{"a": 1, "b": {"c": [1, 2]}}`},
+		{name: "empty", in: `{}`},
+		{name: "duplicate key", in: `{"a": 1, "a": 2}`, wantErr: `duplicate key "a"`},
+		{name: "array", in: `[1]`, wantErr: "not a JSON object"},
+		{name: "string", in: `"x"`, wantErr: "not a JSON object"},
+		{name: "empty input", in: ``, wantErr: "not a JSON object"},
+		{name: "trailing data", in: `{"a": 1} {}`, wantErr: "data after the JSON object"},
+		{name: "truncated", in: `{"a": 1`, wantErr: "unterminated object"},
+		{name: "bad value", in: `{"a": tru}`, wantErr: `value of "a"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseObject([]byte(tt.in))
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("want error containing %q, got %v", tt.wantErr, err)
+			}
+		})
+	}
+}
+
+// Values are written back byte for byte: whitespace, escapes and <, >, & in a Secret
+// are not re-encoded.
+func TestObjectRoundTripKeepsValueBytes(t *testing.T) {
+	in := `{"z": {"data":  {"k": "PHNlY3JldD4="}, "s": "a<b>&c\u00e9"}, "a": [1,  2.50, 1e3]}`
+	obj, err := parseObject([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := obj.marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"z":{"data":  {"k": "PHNlY3JldD4="}, "s": "a<b>&c\u00e9"},"a":[1,  2.50, 1e3]}`
+	if string(out) != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+}
+
+func TestParseCreate(t *testing.T) {
+	tests := []struct {
+		name, in, wantErr string
+	}{
+		{name: "interLink body", in: `{"pod": {"metadata": {"name": "p"}}, "container": [], "jobConfig": {}}`},
+		{name: "no pod", in: `{"container": []}`, wantErr: `"pod" is required`},
+		{name: "null pod", in: `{"pod": null}`, wantErr: `"pod" is required`},
+		{name: "pod is an array", in: `{"pod": []}`, wantErr: `"pod" is required`},
+		{name: "case-folded pod beside pod", in: `{"pod": {}, "Pod": {}}`, wantErr: `key "Pod" is ambiguous`},
+		{name: "case-folded pod alone", in: `{"POD": {}}`, wantErr: `key "POD" is ambiguous`},
+		{name: "duplicate pod", in: `{"pod": {}, "pod": {}}`, wantErr: `duplicate key "pod"`},
+		{name: "not JSON", in: `pod=1`, wantErr: "body: not a JSON object"},
+		{name: "trailing data", in: `{"pod": {}}x`, wantErr: "data after the JSON object"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseCreate([]byte(tt.in))
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("want error containing %q, got %v", tt.wantErr, err)
+			}
+		})
+	}
+}
+
+func TestDecisionInputIsThePodAlone(t *testing.T) {
+	body, err := parseCreate([]byte(`{"pod": {"metadata": {"namespace": "a"}}, "user": {"username": "admin"}, "container": []}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := body.decisionInput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"operation":"create","pod":{"metadata":{"namespace":"a"}}}`; string(in) != want {
+		t.Fatalf("input %s, want %s", in, want)
+	}
+}
+
+func TestReadDecision(t *testing.T) {
+	decision := func(result any) authorizer.Decision {
+		return authorizer.Decision{ID: "d", Result: result, Defined: true}
+	}
+	tests := []struct {
+		name    string
+		d       authorizer.Decision
+		want    verdict
+		wantErr string
+	}{
+		{name: "undefined", d: authorizer.Decision{}, wantErr: "undefined"},
+		{name: "boolean document", d: decision(true), wantErr: "a bool, not an object"},
+		{name: "no allowed", d: decision(map[string]any{"reason": "x"}), wantErr: `no boolean "allowed"`},
+		{name: "allowed is a string", d: decision(map[string]any{"allowed": "true"}), wantErr: `no boolean "allowed"`},
+		{name: "denied", d: decision(map[string]any{"allowed": false, "reason": "no binding", "modifications": "ignored"}),
+			want: verdict{reason: "no binding"}},
+		{name: "allowed without modifications", d: decision(map[string]any{"allowed": true, "reason": "ok"}),
+			want: verdict{allowed: true, reason: "ok"}},
+		{name: "allowed with modifications", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
+			"pod_annotations": map[string]any{"b": "p-7"},
+			"resource_limits": map[string]any{"main": map[string]any{"cpu": "1000m", "memory": json.Number("1073741824")}},
+		}}), want: verdict{allowed: true, mods: modifications{
+			annotations: map[string]string{"b": "p-7"},
+			limits:      map[string]map[string]string{"main": {"cpu": "1", "memory": "1073741824"}},
+		}}},
+		{name: "modifications not an object", d: decision(map[string]any{"allowed": true, "modifications": []any{}}), wantErr: "modifications: a []interface {}"},
+		{name: "annotation not a string", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
+			"pod_annotations": map[string]any{"b": 7}}}), wantErr: `pod_annotations: "b": a int`},
+		{name: "limits not an object", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
+			"resource_limits": map[string]any{"main": "1"}}}), wantErr: `resource_limits: container "main"`},
+		{name: "limit not a quantity", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
+			"resource_limits": map[string]any{"main": map[string]any{"cpu": "lots"}}}}), wantErr: `container "main", cpu: "lots"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := readDecision(tt.d)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("want error containing %q, got %v (%+v)", tt.wantErr, err, got)
+				}
+				if got.allowed {
+					t.Fatal("an error verdict allows")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if !equalVerdict(got, tt.want) {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func equalVerdict(a, b verdict) bool {
+	ja, _ := json.Marshal([]any{a.allowed, a.reason, a.mods.annotations, a.mods.limits})
+	jb, _ := json.Marshal([]any{b.allowed, b.reason, b.mods.annotations, b.mods.limits})
+	return string(ja) == string(jb)
+}
+
+const createBodyFixture = `{"pod": {"metadata": {"name": "p", "namespace": "team-a", "annotations": {"keep": "me", "b": "user-chosen"}},
+  "spec": {"containers": [
+    {"name": "main", "image": "busybox"},
+    {"name": "capped", "resources": {"limits": {"cpu": "500m"}}},
+    {"name": "empty", "resources": {"limits": {}, "requests": {"cpu": "100m"}}}],
+   "initContainers": [{"name": "init", "resources": null}]}},
+ "container": [{"name": "main", "secrets": [{"data": {"token": "czNjcjN0PiY="}}]}],
+ "jobConfig": {"x": "<&>"}, "jobScript": "#!/bin/sh\necho <hi>"}`
+
+func TestApplyModifications(t *testing.T) {
+	limits := map[string]string{"cpu": "1", "memory": "1Gi"}
+	tests := []struct {
+		name string
+		mods modifications
+		// want is the forwarded pod; nil means the body goes out unchanged.
+		want map[string]any
+	}{
+		{name: "none", mods: modifications{}},
+		{name: "annotations already set", mods: modifications{annotations: map[string]string{"keep": "me"}}},
+		{name: "limits for an unknown container", mods: modifications{limits: map[string]map[string]string{"ghost": limits}}},
+		{name: "limits for a container with limits", mods: modifications{limits: map[string]map[string]string{"capped": limits}}},
+		{name: "annotations merged, the policy wins", mods: modifications{annotations: map[string]string{"b": "p-7", "new": "x"}},
+			want: map[string]any{"annotations": map[string]any{"keep": "me", "b": "p-7", "new": "x"}}},
+		{name: "limits where none are set", mods: modifications{limits: map[string]map[string]string{"main": limits, "capped": limits, "empty": limits, "init": limits}},
+			want: map[string]any{"limits": map[string]any{
+				"main": map[string]any{"cpu": "1", "memory": "1Gi"}, "capped": map[string]any{"cpu": "500m"},
+				"empty": map[string]any{"cpu": "1", "memory": "1Gi"}, "init": map[string]any{"cpu": "1", "memory": "1Gi"}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body, err := parseCreate([]byte(createBodyFixture))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := body.apply(tt.mods)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want == nil {
+				if string(out) != createBodyFixture {
+					t.Fatalf("body changed:\n%s", out)
+				}
+				return
+			}
+			checkForwarded(t, out, tt.want)
+		})
+	}
+}
+
+// checkForwarded checks the modified pod and that every other member of the body kept
+// its exact bytes.
+func checkForwarded(t *testing.T, out []byte, want map[string]any) {
+	t.Helper()
+	doc, err := parseObject(out)
+	if err != nil {
+		t.Fatalf("forwarded body: %v\n%s", err, out)
+	}
+	orig, _ := parseObject([]byte(createBodyFixture))
+	for _, key := range []string{"container", "jobConfig", "jobScript"} {
+		if string(doc.get(key)) != string(orig.get(key)) {
+			t.Errorf("%s changed: %s, was %s", key, doc.get(key), orig.get(key))
+		}
+	}
+	var pod struct {
+		Metadata struct {
+			Annotations map[string]any `json:"annotations"`
+		} `json:"metadata"`
+		Spec struct {
+			Containers     []map[string]any `json:"containers"`
+			InitContainers []map[string]any `json:"initContainers"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(doc.get("pod"), &pod); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := want["annotations"]; ok {
+		if got, _ := json.Marshal(pod.Metadata.Annotations); string(got) != mustJSON(a) {
+			t.Errorf("annotations %s, want %s", got, mustJSON(a))
+		}
+	}
+	if l, ok := want["limits"]; ok {
+		got := map[string]any{}
+		for _, c := range append(pod.Spec.Containers, pod.Spec.InitContainers...) {
+			res, _ := c["resources"].(map[string]any)
+			got[c["name"].(string)] = res["limits"]
+		}
+		if string(mustJSON(got)) != mustJSON(l) {
+			t.Errorf("limits %s, want %s", mustJSON(got), mustJSON(l))
+		}
+		// requests next to empty limits survive.
+		if req := mustJSON(pod.Spec.Containers[2]["resources"].(map[string]any)["requests"]); req != `{"cpu":"100m"}` {
+			t.Errorf("requests of container empty: %s", req)
+		}
+	}
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,326 @@
+// Package interlink is the interLink plugin front door: sar-bridge listens where
+// interLink expects its plugin (SidecarURL:SidecarPort), decides every POST /create with
+// one call of the authorizer, forwards what is allowed (modifications applied) to the
+// real plugin, and relays every other route unchanged.
+package interlink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	stdlog "log"
+	"net/http"
+	"net/http/httputil"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sar-bridge/sar-bridge/authorizer"
+)
+
+// Decider answers a policy document for an input; authorizer.Authorizer is the real one.
+type Decider interface {
+	Decide(ctx context.Context, path []string, input json.RawMessage) (authorizer.Decision, error)
+}
+
+// Defaults of Options.
+const (
+	// DefaultMaxBodyBytes fits a create that carries the pod's ConfigMaps and Secrets
+	// (up to 1 MiB each in Kubernetes).
+	DefaultMaxBodyBytes   = 32 << 20
+	DefaultDecisionPath   = "interlink/authz/decision"
+	defaultDecisionTime   = 10 * time.Second
+	defaultPluginTimeout  = 2 * time.Minute
+	defaultPluginDialTime = 5 * time.Second
+)
+
+// Options configures the relay.
+type Options struct {
+	Plugin Plugin
+	// DecisionPath is the policy document asked for a create (default
+	// interlink/authz/decision).
+	DecisionPath []string
+	// MaxBodyBytes bounds a /create body; larger ones get 413.
+	MaxBodyBytes int64
+	// DecisionTimeout bounds one decision; past it the create gets 503.
+	DecisionTimeout time.Duration
+	// PluginTimeout bounds the wait for the plugin's response headers (not the body:
+	// /getLogs may follow a log for hours).
+	PluginTimeout time.Duration
+	// PluginDialTimeout bounds connecting to the plugin.
+	PluginDialTimeout time.Duration
+	Logger            log.Logger
+	Registerer        prometheus.Registerer
+}
+
+// Relay is the http.Handler of the interLink listener.
+type Relay struct {
+	decider   Decider
+	opts      Options
+	proxy     *httputil.ReverseProxy
+	transport *http.Transport
+	logger    log.Logger
+	creates   *prometheus.CounterVec
+	routes    map[string]http.Handler
+}
+
+// Outcomes of a create, the label of sar_bridge_interlink_creates_total.
+const (
+	outcomeAllowed     = "allowed" // forwarded to the plugin
+	outcomeDenied      = "denied"
+	outcomeInvalid     = "invalid"     // malformed body, 400/405/413
+	outcomeUnavailable = "unavailable" // no decision could be made, 503
+	outcomeError       = "error"       // the policy's answer could not be used, 500
+)
+
+// routes are the metric labels; any other path counts as "other" so callers cannot grow
+// the label set.
+var routes = []string{"create", "delete", "status", "getLogs", "other"}
+
+// New returns the relay.
+func New(decider Decider, opts Options) (*Relay, error) {
+	if opts.Plugin.URL == nil {
+		return nil, errors.New("interlink: no plugin URL")
+	}
+	setDefaults(&opts)
+	r := &Relay{decider: decider, opts: opts, logger: opts.Logger,
+		transport: opts.Plugin.transport(opts.PluginDialTimeout, opts.PluginTimeout)}
+	r.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// Method, headers (Interlink-Http-Session included) and body as sent; only
+			// hop-by-hop and X-Forwarded-* headers are dropped.
+			pr.SetURL(opts.Plugin.URL)
+		},
+		Transport:     r.transport,
+		FlushInterval: -1, // /getLogs: every write reaches interLink at once
+		ErrorHandler:  r.pluginError,
+		ErrorLog:      stdlog.New(log.NewStdlibAdapter(level.Warn(opts.Logger)), "", 0),
+	}
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sar_bridge_interlink_requests_total",
+		Help: "Requests on the interLink listener, by route (create, delete, status, getLogs, other) and status code.",
+	}, []string{"route", "code"})
+	r.creates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sar_bridge_interlink_creates_total",
+		Help: "interLink creates, by outcome (allowed = forwarded, denied, invalid, unavailable, error).",
+	}, []string{"outcome"})
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(requests, r.creates)
+	}
+	r.routes = make(map[string]http.Handler, len(routes))
+	for _, route := range routes {
+		var h http.Handler = http.HandlerFunc(r.relay)
+		if route == "create" {
+			h = http.HandlerFunc(r.create)
+		}
+		r.routes[route] = promhttp.InstrumentHandlerCounter(requests.MustCurryWith(prometheus.Labels{"route": route}), r.logged(route, h))
+	}
+	return r, nil
+}
+
+func setDefaults(opts *Options) {
+	if len(opts.DecisionPath) == 0 {
+		opts.DecisionPath = strings.Split(DefaultDecisionPath, "/")
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.DecisionTimeout <= 0 {
+		opts.DecisionTimeout = defaultDecisionTime
+	}
+	if opts.PluginTimeout <= 0 {
+		opts.PluginTimeout = defaultPluginTimeout
+	}
+	if opts.PluginDialTimeout <= 0 {
+		opts.PluginDialTimeout = defaultPluginDialTime
+	}
+	if opts.Logger == nil {
+		opts.Logger = log.NewNopLogger()
+	}
+}
+
+// CloseIdleConnections closes idle connections to the plugin.
+func (r *Relay) CloseIdleConnections() { r.transport.CloseIdleConnections() }
+
+func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.routes[routeOf(req.URL.Path)].ServeHTTP(w, req)
+}
+
+// routeOf names the route of a path. Anything that cleans to /create in any case is a
+// create: a plugin that routed "/Create/" or "//create" as a create must not get one
+// undecided.
+func routeOf(p string) string {
+	clean := path.Clean("/" + p)
+	if strings.EqualFold(clean, "/create") {
+		return "create"
+	}
+	switch clean {
+	case "/delete", "/status", "/getLogs":
+		return clean[1:]
+	}
+	return "other"
+}
+
+// relay forwards a request unchanged: cleanup and monitoring of admitted pods must not
+// depend on the Kubernetes API.
+func (r *Relay) relay(w http.ResponseWriter, req *http.Request) {
+	r.proxy.ServeHTTP(w, req)
+}
+
+// create decides a /create and forwards it only when allowed.
+func (r *Relay) create(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		r.refuse(w, http.StatusMethodNotAllowed, outcomeInvalid, fmt.Sprintf("bad request: method %s not allowed on /create", req.Method))
+		return
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			r.refuse(w, http.StatusRequestEntityTooLarge, outcomeInvalid, fmt.Sprintf("bad request: body larger than %d bytes (--interlink.max-body-bytes)", r.opts.MaxBodyBytes))
+			return
+		}
+		r.refuse(w, http.StatusBadRequest, outcomeInvalid, "bad request: reading the body: "+err.Error())
+		return
+	}
+	body, err := parseCreate(raw)
+	if err != nil {
+		r.refuse(w, http.StatusBadRequest, outcomeInvalid, "bad request: "+err.Error())
+		return
+	}
+	v, status, outcome, err := r.decide(req.Context(), body)
+	if err != nil {
+		r.refuse(w, status, outcome, err.Error())
+		return
+	}
+	if !v.allowed {
+		r.refuse(w, http.StatusForbidden, outcomeDenied, "denied: "+v.reason)
+		return
+	}
+	forward, err := body.apply(v.mods)
+	if err != nil {
+		level.Error(r.logger).Log("msg", "applying modifications failed", "err", err)
+		r.refuse(w, http.StatusInternalServerError, outcomeError, "error: applying the policy's modifications: "+err.Error())
+		return
+	}
+	r.creates.WithLabelValues(outcomeAllowed).Inc()
+	req.Body = io.NopCloser(bytes.NewReader(forward))
+	req.ContentLength = int64(len(forward))
+	req.TransferEncoding = nil
+	r.proxy.ServeHTTP(w, req)
+}
+
+// decide asks the authorizer about the create's pod. A failure returns the status and
+// outcome to answer with; it is never an allow.
+func (r *Relay) decide(ctx context.Context, body createBody) (verdict, int, string, error) {
+	input, err := body.decisionInput()
+	if err != nil {
+		return verdict{}, http.StatusBadRequest, outcomeInvalid, fmt.Errorf("bad request: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(authorizer.WithLogFields(ctx, "route", "create"), r.opts.DecisionTimeout)
+	defer cancel()
+	d, err := r.decider.Decide(ctx, r.opts.DecisionPath, input)
+	var (
+		inputErr    *authorizer.InputError
+		unavailable *authorizer.UnavailableError
+	)
+	switch {
+	case errors.As(err, &inputErr):
+		return verdict{}, http.StatusBadRequest, outcomeInvalid, fmt.Errorf("bad request: %w", err)
+	case errors.As(err, &unavailable) || err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return verdict{}, http.StatusServiceUnavailable, outcomeUnavailable, fmt.Errorf("unavailable: %w", err)
+	case err != nil:
+		return verdict{}, http.StatusInternalServerError, outcomeError, fmt.Errorf("error: %w", err)
+	}
+	v, err := readDecision(d)
+	if err != nil {
+		level.Error(r.logger).Log("msg", "unusable policy answer", "decision_id", d.ID, "err", err)
+		return verdict{}, http.StatusInternalServerError, outcomeError, fmt.Errorf("error: policy %s: %w", strings.Join(r.opts.DecisionPath, "/"), err)
+	}
+	return v, 0, "", nil
+}
+
+// refuse answers a create that is not forwarded with one plain-text line, which
+// interLink shows the user as the pod's ProviderFailed message.
+func (r *Relay) refuse(w http.ResponseWriter, status int, outcome, msg string) {
+	r.creates.WithLabelValues(outcome).Inc()
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeLine(w, status, msg)
+}
+
+// pluginError answers when the plugin could not be reached or broke off.
+func (r *Relay) pluginError(w http.ResponseWriter, req *http.Request, err error) {
+	if req.Context().Err() != nil {
+		// interLink went away first; nobody reads this answer.
+		level.Debug(r.logger).Log("msg", "client went away", "route", routeOf(req.URL.Path), "err", err)
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	level.Warn(r.logger).Log("msg", "plugin unreachable", "plugin", r.opts.Plugin.String(), "route", routeOf(req.URL.Path), "err", err)
+	writeLine(w, http.StatusBadGateway, "plugin unreachable: "+err.Error())
+}
+
+func writeLine(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, "sar-bridge: "+oneLine(msg))
+}
+
+// oneLine keeps a message on one line: it becomes a pod's status message.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.NewReplacer("\r", " ", "\n", " ").Replace(s)), " ")
+}
+
+// logged writes one line per request (info for creates, debug for the rest): route,
+// method, code, duration. Never a body: creates carry Secret contents.
+func (r *Relay) logged(route string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(rec, req)
+		lvl := level.Debug // /status is polled all the time
+		if route == "create" {
+			lvl = level.Info
+		}
+		lvl(r.logger).Log("msg", "interlink request", "route", route, "method", req.Method,
+			"code", rec.status, "duration", time.Since(start))
+	})
+}
+
+// statusRecorder remembers the status code; Unwrap keeps flushing (streamed logs)
+// working through http.ResponseController.
+type statusRecorder struct {
+	http.ResponseWriter
+	status      int
+	wroteHeader bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if !s.wroteHeader {
+		s.status, s.wroteHeader = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	s.wroteHeader = true
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) Flush() {
+	_ = http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
