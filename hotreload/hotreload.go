@@ -225,9 +225,11 @@ func (v *Value[T]) check(ctx context.Context) {
 	}
 	v.current.Store(&val)
 	v.goodFP, v.failed = snap.Fingerprint, ""
-	gen := v.gen.Add(1)
+	// Metrics first, the generation last: whoever sees the new generation (a test, a
+	// readiness check) also sees the reload counted.
 	v.reloads.WithLabelValues("success").Inc()
 	v.lastSuccess.Set(1)
+	gen := v.gen.Add(1)
 	kv := append([]any{"generation", gen}, snap.Keyvals...)
 	if v.opts.Describe != nil {
 		kv = append(kv, v.opts.Describe(val)...)
@@ -241,8 +243,8 @@ func (v *Value[T]) reject(key string, keyvals []any, err error) {
 		return
 	}
 	v.failed = key
+	v.lastSuccess.Set(0) // before the counter, which is what watchers wait on
 	v.reloads.WithLabelValues("failure").Inc()
-	v.lastSuccess.Set(0)
 	kv := append([]any{"generation", v.gen.Load()}, keyvals...)
 	v.log(level.Error, v.opts.Rejected, append(kv, "err", err)...)
 }
