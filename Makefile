@@ -29,7 +29,7 @@ GO_BUILD    := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 export SAR_BRIDGE_CACHE := $(CACHE_DIR)
 
 .PHONY: all build test unit e2e lint controlplane deps bench run fuzz rego-test clean help \
-        binaries image image-test FORCE
+        binaries image image-test FORCE helm chart-test
 
 all: build
 
@@ -68,7 +68,17 @@ deps: ## Install what the tests need (Debian packages), when missing.
 controlplane: ## Build kube-apiserver and etcd into $(CACHE_DIR)/bin (once).
 	@hack/controlplane.sh >/dev/null
 
-test: lint unit image-test e2e ## Unit tests, the image, then end-to-end tests against a real control plane.
+helm: ## Build helm and kubectl (the versions hack/helm.sh pins) into $(CACHE_DIR)/bin (once).
+	@hack/helm.sh >/dev/null
+
+# The Helm chart, the interLink post-renderer and the systemd unit: run by chart-test,
+# skipped by e2e so that make test runs them once.
+CHART_TESTS := ^(TestChart|TestHelmPostRender|TestSystemdUnit)
+chart-test: build deps controlplane helm ## helm lint, renderings applied to a real kube-apiserver, chart RBAC, post-renderer, systemd unit.
+	cd test && SAR_BRIDGE_BINARY=$(CURDIR)/$(BIN) SAR_BRIDGE_CONTROLPLANE_BIN=$(CACHE_DIR)/bin \
+		SAR_BRIDGE_HELM=$(CACHE_DIR)/bin/helm SAR_BRIDGE_KUBECTL=$(CACHE_DIR)/bin/kubectl $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -run '$(CHART_TESTS)' ./e2e/
+
+test: lint unit image-test chart-test e2e ## Unit tests, the image, then end-to-end tests against a real control plane.
 
 unit: deps ## Unit tests (with the race detector), Rego tests and fuzz seed corpora included, then a short fuzz run.
 	$(GO) test -race -count=1 ./...
@@ -76,7 +86,7 @@ unit: deps ## Unit tests (with the race detector), Rego tests and fuzz seed corp
 
 e2e: build deps controlplane ## End-to-end tests: real kube-apiserver, etcd, memcached and the binary.
 	cd test && SAR_BRIDGE_BINARY=$(CURDIR)/$(BIN) SAR_BRIDGE_CONTROLPLANE_BIN=$(CACHE_DIR)/bin \
-		$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./...
+		$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -skip '$(CHART_TESTS)' ./...
 
 lint: ## gofmt and go vet, in both modules.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -393,6 +393,9 @@ func newLogger(lvl, format string) (log.Logger, error) {
 }
 
 func main() {
+	if code, ok := runSubcommand(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)

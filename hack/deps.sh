@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests need, only when they are missing:
 #   memcached         the review cache's unit and end-to-end tests run a real one
+#   systemd           systemd-analyze verify checks the edge node's unit file
 #   qemu-user-static  the image test runs the arm64 image's entrypoint on an amd64 host
 #                     (and the amd64 one on an arm64 host)
 set -euo pipefail
 missing=()
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
+# systemd-analyze: make chart-test verifies deploy/systemd/sar-bridge.service.
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 case "$(uname -m)" in
   x86_64) command -v qemu-aarch64-static >/dev/null 2>&1 || missing+=(qemu-user-static) ;;
   aarch64) command -v qemu-x86_64-static >/dev/null 2>&1 || missing+=(qemu-user-static) ;;

@@ -1,0 +1,438 @@
+// Package helmpostrender adds sar-bridge as a sidecar of interLink's API server to the
+// output of interLink's Helm chart (a Helm post-renderer reads the rendered manifests on
+// stdin and writes the ones to install on stdout).
+//
+// interLink's chart runs the Virtual Kubelet, the interLink API server (container
+// "interlink") and optionally the plugin in one Deployment "<nodeName>-node", with unix
+// sockets in an emptyDir at /var/run/. The post-renderer adds the bridge container on
+// that volume, points interLink at the bridge with the SIDECARURL environment variable
+// (interLink's own override of its config's SidecarURL), hands the bridge the plugin
+// address interLink used until then, and adds the ClusterRole the bridge needs, bound to
+// the pod's ServiceAccount. Every other document is written out byte for byte.
+package helmpostrender
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Options says what to add.
+type Options struct {
+	// Deployment names the interLink Deployment; empty: the only Deployment with a
+	// container named "interlink".
+	Deployment string
+	// Image of the bridge container.
+	Image string
+	// Socket is where the bridge listens for interLink; it must be under the /var/run/
+	// volume the containers share.
+	Socket string
+	// PluginURL is where allowed requests go; empty: the address interLink's config (or
+	// its SIDECARURL/SIDECARPORT environment) names.
+	PluginURL string
+	// Args are more bridge flags (mappings, policy data, ...), appended.
+	Args []string
+	// RBAC adds a ClusterRole and ClusterRoleBinding for the pod's ServiceAccount.
+	RBAC bool
+}
+
+const (
+	interlinkContainer = "interlink"
+	bridgeContainer    = "sar-bridge"
+	socketsVolume      = "sockets"
+	socketsDir         = "/var/run/"
+	bridgeTmpVolume    = "sar-bridge-tmp"
+	internalPort       = 18081
+	webListen          = "127.0.0.1:18080"
+	configPath         = "/etc/interlink/InterLinkConfig.yaml"
+)
+
+// ClusterRoleRules are the rules of manifests/base's ClusterRole: SubjectAccessReviews,
+// TokenReviews, and watching Namespaces and Nodes.
+func ClusterRoleRules() []any {
+	return []any{
+		map[string]any{"apiGroups": []any{"authorization.k8s.io"}, "resources": []any{"subjectaccessreviews"}, "verbs": []any{"create"}},
+		map[string]any{"apiGroups": []any{"authentication.k8s.io"}, "resources": []any{"tokenreviews"}, "verbs": []any{"create"}},
+		map[string]any{"apiGroups": []any{""}, "resources": []any{"namespaces", "nodes"}, "verbs": []any{"get", "list", "watch"}},
+	}
+}
+
+type document struct {
+	raw []byte
+	obj map[string]any // nil for a document without an object
+}
+
+func (d document) kind() string {
+	k, _ := d.obj["kind"].(string)
+	return k
+}
+
+func (d document) name() string {
+	m, _ := d.obj["metadata"].(map[string]any)
+	n, _ := m["name"].(string)
+	return n
+}
+
+// split cuts a YAML stream at "---" lines, keeping each document's bytes.
+func split(in []byte) ([]document, error) {
+	var docs []document
+	var cur bytes.Buffer
+	flush := func() error {
+		raw := append([]byte(nil), cur.Bytes()...)
+		cur.Reset()
+		if len(bytes.TrimSpace(raw)) == 0 {
+			return nil
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(raw, &obj); err != nil {
+			return fmt.Errorf("document %d: %w", len(docs)+1, err)
+		}
+		docs = append(docs, document{raw: raw, obj: obj})
+		return nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(in))
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.TrimRight(line, " \t") == "---" {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteByte('\n')
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return docs, nil
+}
+
+// Render reads a rendered chart and returns it with the bridge added.
+func Render(in []byte, o Options) ([]byte, error) {
+	if o.Image == "" {
+		return nil, errors.New("no bridge image")
+	}
+	if o.Socket == "" {
+		o.Socket = "/var/run/sar-bridge.sock"
+	}
+	if !strings.HasPrefix(o.Socket, socketsDir) || strings.Contains(o.Socket[len(socketsDir):], "/") {
+		return nil, fmt.Errorf("socket %s: must be a file directly in %s, the directory interLink's containers share", o.Socket, socketsDir)
+	}
+	docs, err := split(in)
+	if err != nil {
+		return nil, err
+	}
+	target := -1
+	for i, d := range docs {
+		if d.kind() != "Deployment" || (o.Deployment != "" && d.name() != o.Deployment) {
+			continue
+		}
+		if o.Deployment == "" && findContainer(podSpec(d.obj), interlinkContainer) == nil {
+			continue
+		}
+		if target >= 0 {
+			return nil, fmt.Errorf("more than one interLink Deployment (%s, %s): name one with --deployment", docs[target].name(), d.name())
+		}
+		target = i
+	}
+	if target < 0 {
+		if o.Deployment != "" {
+			return nil, fmt.Errorf("no Deployment %s in the input", o.Deployment)
+		}
+		return nil, errors.New("no Deployment with a container named \"interlink\" in the input (is interlink.enabled off in interLink's values?)")
+	}
+	dep := docs[target].obj
+	spec := podSpec(dep)
+	il := findContainer(spec, interlinkContainer)
+	if il == nil {
+		return nil, fmt.Errorf("Deployment %s has no container named %q", docs[target].name(), interlinkContainer)
+	}
+	if findContainer(spec, bridgeContainer) != nil {
+		return nil, fmt.Errorf("Deployment %s already has a container named %q: rendered twice?", docs[target].name(), bridgeContainer)
+	}
+	bridgeURL := "unix://" + o.Socket
+	if o.PluginURL == "" {
+		if o.PluginURL, err = pluginURL(docs, spec, il); err != nil {
+			return nil, fmt.Errorf("Deployment %s: %w (pass --plugin-url)", docs[target].name(), err)
+		}
+	}
+	if o.PluginURL == bridgeURL {
+		return nil, fmt.Errorf("interLink already calls %s: rendered twice?", bridgeURL)
+	}
+	if !strings.HasPrefix(o.PluginURL, "http://") && !strings.HasPrefix(o.PluginURL, "unix://") {
+		return nil, fmt.Errorf("plugin URL %q: interLink's plugin address is http:// or unix://", o.PluginURL)
+	}
+	for _, c := range containers(spec) {
+		for _, p := range list(c["ports"]) {
+			if pm, _ := p.(map[string]any); pm != nil && fmt.Sprint(pm["containerPort"]) == fmt.Sprint(internalPort) {
+				return nil, fmt.Errorf("container %v already uses port %d, the bridge's internal port", c["name"], internalPort)
+			}
+		}
+	}
+
+	// The shared /var/run/ volume: interLink's if it mounts one, else a new emptyDir.
+	vol := mountAt(il, socketsDir)
+	if vol == "" {
+		vol = socketsVolume
+		if !hasVolume(spec, vol) {
+			spec["volumes"] = append(list(spec["volumes"]), map[string]any{"name": vol, "emptyDir": map[string]any{}})
+		}
+		il["volumeMounts"] = append(list(il["volumeMounts"]), map[string]any{"name": vol, "mountPath": socketsDir})
+	}
+	if hasVolume(spec, bridgeTmpVolume) {
+		return nil, fmt.Errorf("the pod already has a volume %q", bridgeTmpVolume)
+	}
+	spec["volumes"] = append(list(spec["volumes"]), map[string]any{"name": bridgeTmpVolume, "emptyDir": map[string]any{"sizeLimit": "16Mi"}})
+	// interLink reads SIDECARURL after its config file, so the ConfigMap stays as it is.
+	setEnv(il, "SIDECARURL", bridgeURL)
+
+	args := []any{
+		"--interlink.listen=" + bridgeURL,
+		"--interlink.plugin-url=" + o.PluginURL,
+		// The Data API stays on loopback: only the relay is used here.
+		"--web.listen=" + webListen,
+		fmt.Sprintf("--web.internal.listen=:%d", internalPort),
+		"--log.format=json",
+		"--web.shutdown-delay=5s",
+	}
+	for _, a := range o.Args {
+		args = append(args, a)
+	}
+	probe := func(path string, period int) map[string]any {
+		return map[string]any{"httpGet": map[string]any{"path": path, "port": "sb-internal"}, "periodSeconds": period, "timeoutSeconds": 2}
+	}
+	spec["containers"] = append(containers(spec), map[string]any{
+		"name":            bridgeContainer,
+		"image":           o.Image,
+		"imagePullPolicy": "IfNotPresent",
+		"args":            args,
+		"ports":           []any{map[string]any{"name": "sb-internal", "containerPort": internalPort, "protocol": "TCP"}},
+		"readinessProbe":  probe("/ready", 5),
+		"livenessProbe":   probe("/live", 10),
+		"resources": map[string]any{
+			"requests": map[string]any{"cpu": "50m", "memory": "64Mi"},
+			// A create carries the pod's ConfigMaps and Secrets (--interlink.max-body-bytes).
+			"limits": map[string]any{"memory": "512Mi"},
+		},
+		"securityContext": map[string]any{
+			"runAsNonRoot":             true,
+			"runAsUser":                65532,
+			"runAsGroup":               65532,
+			"allowPrivilegeEscalation": false,
+			"readOnlyRootFilesystem":   true,
+			"capabilities":             map[string]any{"drop": []any{"ALL"}},
+			"seccompProfile":           map[string]any{"type": "RuntimeDefault"},
+		},
+		"volumeMounts": []any{
+			map[string]any{"name": vol, "mountPath": socketsDir},
+			map[string]any{"name": bridgeTmpVolume, "mountPath": "/tmp"},
+		},
+	})
+	out, err := yaml.Marshal(dep)
+	if err != nil {
+		return nil, err
+	}
+	docs[target].raw = append(leadingComments(docs[target].raw), out...)
+
+	if o.RBAC {
+		extra, err := rbac(dep, spec)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, extra...)
+	}
+	var buf bytes.Buffer
+	for _, d := range docs {
+		buf.WriteString("---\n")
+		buf.Write(d.raw)
+	}
+	return buf.Bytes(), nil
+}
+
+// pluginURL is the plugin address interLink uses: its container's SIDECARURL and
+// SIDECARPORT, else SidecarURL and SidecarPort of the InterLinkConfig.yaml it mounts.
+// interLink joins an http URL and the port with ":"; a unix URL ignores the port.
+func pluginURL(docs []document, spec, il map[string]any) (string, error) {
+	var cfg struct {
+		SidecarURL  string `json:"SidecarURL"`
+		SidecarPort string `json:"SidecarPort"`
+	}
+	vol := ""
+	for _, m := range list(il["volumeMounts"]) {
+		if mm, _ := m.(map[string]any); mm != nil && mm["mountPath"] == configPath {
+			vol, _ = mm["name"].(string)
+		}
+	}
+	cm := ""
+	for _, v := range list(spec["volumes"]) {
+		if vm, _ := v.(map[string]any); vm != nil && vm["name"] == vol {
+			c, _ := vm["configMap"].(map[string]any)
+			cm, _ = c["name"].(string)
+		}
+	}
+	if cm != "" {
+		for _, d := range docs {
+			if d.kind() != "ConfigMap" || d.name() != cm {
+				continue
+			}
+			data, _ := d.obj["data"].(map[string]any)
+			text, _ := data["InterLinkConfig.yaml"].(string)
+			if err := yaml.Unmarshal([]byte(text), &cfg); err != nil {
+				return "", fmt.Errorf("ConfigMap %s: InterLinkConfig.yaml: %w", cm, err)
+			}
+		}
+	}
+	if v, ok := env(il, "SIDECARURL"); ok && v != "" {
+		cfg.SidecarURL = v
+	}
+	if v, ok := env(il, "SIDECARPORT"); ok && v != "" {
+		cfg.SidecarPort = v
+	}
+	switch {
+	case cfg.SidecarURL == "":
+		return "", errors.New("cannot find interLink's SidecarURL (neither in its InterLinkConfig.yaml ConfigMap nor in SIDECARURL)")
+	case strings.HasPrefix(cfg.SidecarURL, "unix://"):
+		return cfg.SidecarURL, nil
+	case strings.HasPrefix(cfg.SidecarURL, "http://"):
+		if cfg.SidecarPort == "" {
+			return "", fmt.Errorf("SidecarURL %s has no SidecarPort", cfg.SidecarURL)
+		}
+		return cfg.SidecarURL + ":" + cfg.SidecarPort, nil
+	default:
+		return "", fmt.Errorf("SidecarURL %q is neither http:// nor unix://", cfg.SidecarURL)
+	}
+}
+
+// rbac is the bridge's ClusterRole bound to the pod's ServiceAccount.
+func rbac(dep, spec map[string]any) ([]document, error) {
+	meta, _ := dep["metadata"].(map[string]any)
+	ns, _ := meta["namespace"].(string)
+	name, _ := meta["name"].(string)
+	if ns == "" {
+		return nil, fmt.Errorf("Deployment %s has no namespace: cannot bind its ServiceAccount", name)
+	}
+	sa, _ := spec["serviceAccountName"].(string)
+	if sa == "" {
+		sa = "default"
+	}
+	// Cluster-scoped: the namespace keeps two interLink releases apart.
+	objName := fmt.Sprintf("sar-bridge-%s-%s", ns, name)
+	labels := map[string]any{"app.kubernetes.io/name": "sar-bridge", "app.kubernetes.io/part-of": "interlink"}
+	role := map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+		"metadata": map[string]any{"name": objName, "labels": labels},
+		"rules":    ClusterRoleRules(),
+	}
+	binding := map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+		"metadata": map[string]any{"name": objName, "labels": labels},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": objName},
+		"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": sa, "namespace": ns}},
+	}
+	var out []document
+	for _, o := range []map[string]any{role, binding} {
+		b, err := yaml.Marshal(o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, document{raw: append([]byte("# Source: sar-bridge helm-postrender\n"), b...), obj: o})
+	}
+	return out, nil
+}
+
+func leadingComments(raw []byte) []byte {
+	var out []byte
+	for _, l := range bytes.SplitAfter(raw, []byte("\n")) {
+		if t := bytes.TrimSpace(l); len(t) > 0 && t[0] != '#' {
+			break
+		}
+		out = append(out, l...)
+	}
+	return out
+}
+
+func podSpec(dep map[string]any) map[string]any {
+	s, _ := dep["spec"].(map[string]any)
+	tpl, _ := s["template"].(map[string]any)
+	ps, _ := tpl["spec"].(map[string]any)
+	if ps == nil {
+		return map[string]any{}
+	}
+	return ps
+}
+
+func list(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+func containers(spec map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, c := range list(spec["containers"]) {
+		if m, ok := c.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func findContainer(spec map[string]any, name string) map[string]any {
+	for _, c := range containers(spec) {
+		if c["name"] == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func hasVolume(spec map[string]any, name string) bool {
+	for _, v := range list(spec["volumes"]) {
+		if m, _ := v.(map[string]any); m != nil && m["name"] == name {
+			return true
+		}
+	}
+	return false
+}
+
+// mountAt returns the volume c mounts at dir ("/var/run" and "/var/run/" alike).
+func mountAt(c map[string]any, dir string) string {
+	for _, m := range list(c["volumeMounts"]) {
+		mm, _ := m.(map[string]any)
+		if p, _ := mm["mountPath"].(string); mm != nil && strings.TrimSuffix(p, "/") == strings.TrimSuffix(dir, "/") {
+			n, _ := mm["name"].(string)
+			return n
+		}
+	}
+	return ""
+}
+
+func env(c map[string]any, name string) (string, bool) {
+	for _, e := range list(c["env"]) {
+		if m, _ := e.(map[string]any); m != nil && m["name"] == name {
+			v, _ := m["value"].(string)
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// setEnv sets name to value, replacing an entry of that name (including a valueFrom).
+func setEnv(c map[string]any, name, value string) {
+	envs := list(c["env"])
+	for i, e := range envs {
+		if m, _ := e.(map[string]any); m != nil && m["name"] == name {
+			envs[i] = map[string]any{"name": name, "value": value}
+			return
+		}
+	}
+	c["env"] = append(envs, map[string]any{"name": name, "value": value})
+}

@@ -1,0 +1,226 @@
+package helmpostrender
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// chartOutput is shaped like `helm template` of interLink's chart (written here, not
+// copied): the "<nodeName>-node" Deployment with the plugin, interLink and VK containers,
+// interLink's config ConfigMap, and an unrelated ServiceAccount.
+func chartOutput(sidecar, socketsMount, interlinkEnv string) string {
+	mount := ""
+	volume := ""
+	if socketsMount != "" {
+		mount = "\n          - name: sockets\n            mountPath: " + socketsMount
+		volume = "\n      - name: sockets\n        emptyDir: {}"
+	}
+	return `---
+# Source: interlink/templates/service-account.yaml
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: vk-hpc
+  namespace: interlink
+---
+# Source: interlink/templates/virtual-kubelet-config.yaml
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: "vk-hpc-interlink-config"
+  namespace: interlink
+data:
+  InterLinkConfig.yaml: |
+    InterlinkAddress: "unix:///var/run/interlink.sock"
+` + sidecar + `    VerboseLogging: true
+---
+# Source: interlink/templates/virtual-kubelet.yaml
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: vk-hpc-node
+  namespace: interlink
+  labels:
+    app: vk-hpc
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: vk-hpc
+  template:
+    metadata:
+      labels:
+        app: vk-hpc
+    spec:
+      automountServiceAccountToken: true
+      serviceAccountName: vk-hpc
+      containers:
+      - name: plugin
+        image: "example/plugin:1"
+        volumeMounts:
+          - name: plugin-config
+            mountPath: /etc/interlink/plugin.yaml
+            subPath: plugin.yaml` + mount + `
+      - name: interlink
+        image: "example/interlink:0.6.2"
+        env:
+          - name: INTERLINKCONFIGPATH
+            value: "/etc/interlink/InterLinkConfig.yaml"` + interlinkEnv + `
+        volumeMounts:
+          - name: il-config
+            mountPath: /etc/interlink/InterLinkConfig.yaml
+            subPath: InterLinkConfig.yaml` + mount + `
+      - name: vk
+        image: example/vk:0.6.2
+      volumes:
+      - name: il-config
+        configMap:
+          name: vk-hpc-interlink-config
+      - name: plugin-config
+        configMap:
+          name: vk-hpc-plugin-config` + volume + `
+`
+}
+
+func TestRender(t *testing.T) {
+	for _, tc := range []struct {
+		name                            string
+		in                              string
+		opts                            Options
+		wantPlugin, wantVolume, wantErr string
+		wantSocketsAdded                bool
+	}{
+		{name: "plugin on a socket in /var/run/",
+			in:         chartOutput(`    SidecarURL: "unix:///var/run/plugin.sock"`+"\n", "/var/run/", ""),
+			wantPlugin: "unix:///var/run/plugin.sock", wantVolume: "sockets"},
+		{name: "plugin on localhost, no shared volume yet",
+			in:         chartOutput(`    SidecarURL: "http://localhost"`+"\n"+`    SidecarPort: "4000"`+"\n", "", ""),
+			wantPlugin: "http://localhost:4000", wantVolume: "sockets", wantSocketsAdded: true},
+		{name: "SIDECARURL and SIDECARPORT override the config",
+			in: chartOutput(`    SidecarURL: "http://localhost"`+"\n"+`    SidecarPort: "4000"`+"\n", "/var/run",
+				"\n          - name: SIDECARURL\n            value: http://plugin.hpc\n          - name: SIDECARPORT\n            value: \"5000\""),
+			wantPlugin: "http://plugin.hpc:5000", wantVolume: "sockets"},
+		{name: "explicit plugin URL",
+			in:         chartOutput(`    SidecarURL: "unix:///var/run/plugin.sock"`+"\n", "/var/run/", ""),
+			opts:       Options{PluginURL: "http://127.0.0.1:4000", Deployment: "vk-hpc-node"},
+			wantPlugin: "http://127.0.0.1:4000", wantVolume: "sockets"},
+		{name: "https plugin", in: chartOutput(`    SidecarURL: "https://plugin"`+"\n"+`    SidecarPort: "4000"`+"\n", "", ""),
+			wantErr: `SidecarURL "https://plugin" is neither http:// nor unix://`},
+		{name: "no SidecarURL", in: chartOutput("", "", ""),
+			wantErr: "cannot find interLink's SidecarURL"},
+		{name: "http without a port", in: chartOutput(`    SidecarURL: "http://localhost"`+"\n", "", ""),
+			wantErr: "SidecarURL http://localhost has no SidecarPort"},
+		{name: "wrong Deployment named", in: chartOutput(`    SidecarURL: "unix:///var/run/plugin.sock"`+"\n", "/var/run/", ""),
+			opts: Options{Deployment: "other-node"}, wantErr: "no Deployment other-node in the input"},
+		{name: "no interLink container", in: "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {template: {spec: {containers: [{name: web}]}}}\n",
+			wantErr: `no Deployment with a container named "interlink"`},
+		{name: "socket outside the shared directory", in: chartOutput(`    SidecarURL: "unix:///var/run/plugin.sock"`+"\n", "/var/run/", ""),
+			opts: Options{Socket: "/tmp/sb.sock"}, wantErr: "must be a file directly in /var/run/"},
+		{name: "two interLink Deployments",
+			in:      chartOutput(`    SidecarURL: "unix:///var/run/plugin.sock"`+"\n", "/var/run/", "") + "---\n" + strings.Replace(strings.SplitN(chartOutput("", "/var/run/", ""), "# Source: interlink/templates/virtual-kubelet.yaml\n", 2)[1], "vk-hpc-node", "vk-two-node", 1),
+			wantErr: "more than one interLink Deployment (vk-hpc-node, vk-two-node)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.opts.Image == "" {
+				tc.opts.Image = "ghcr.io/sar-bridge/sar-bridge:v0.1.0"
+			}
+			tc.opts.RBAC = true
+			out, err := Render([]byte(tc.in), tc.opts)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			inDocs, _ := split([]byte(tc.in))
+			outDocs, err := split(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(outDocs) != len(inDocs)+2 {
+				t.Fatalf("%d documents out, %d in (+2 RBAC expected)", len(outDocs), len(inDocs))
+			}
+			// Everything but the Deployment is written out byte for byte.
+			for i := range inDocs {
+				if inDocs[i].kind() != "Deployment" && string(inDocs[i].raw) != string(outDocs[i].raw) {
+					t.Errorf("document %d changed:\n%s\n---\n%s", i, inDocs[i].raw, outDocs[i].raw)
+				}
+			}
+			if !strings.HasPrefix(string(outDocs[2].raw), "# Source: interlink/templates/virtual-kubelet.yaml\n") {
+				t.Errorf("the Deployment lost its Source comment:\n%s", outDocs[2].raw)
+			}
+			spec := podSpec(outDocs[2].obj)
+			inSpec := podSpec(inDocs[2].obj)
+			if got := len(containers(spec)); got != 4 {
+				t.Fatalf("%d containers, want plugin, interlink, vk, sar-bridge", got)
+			}
+			// The plugin and the VK container are untouched.
+			for _, name := range []string{"plugin", "vk"} {
+				if !reflect.DeepEqual(findContainer(spec, name), findContainer(inSpec, name)) {
+					t.Errorf("container %s changed", name)
+				}
+			}
+			il := findContainer(spec, "interlink")
+			if v, _ := env(il, "SIDECARURL"); v != "unix:///var/run/sar-bridge.sock" {
+				t.Errorf("interlink SIDECARURL %q", v)
+			}
+			if got := mountAt(il, "/var/run/"); got != tc.wantVolume {
+				t.Errorf("interlink mounts %q at /var/run/, want %q", got, tc.wantVolume)
+			}
+			b := findContainer(spec, "sar-bridge")
+			var args []string
+			for _, a := range list(b["args"]) {
+				args = append(args, a.(string))
+			}
+			wantArgs := []string{"--interlink.listen=unix:///var/run/sar-bridge.sock", "--interlink.plugin-url=" + tc.wantPlugin,
+				"--web.listen=127.0.0.1:18080", "--web.internal.listen=:18081", "--log.format=json", "--web.shutdown-delay=5s"}
+			if !reflect.DeepEqual(args, wantArgs) {
+				t.Errorf("bridge args %q, want %q", args, wantArgs)
+			}
+			if got := mountAt(b, "/var/run/"); got != tc.wantVolume {
+				t.Errorf("bridge mounts %q at /var/run/", got)
+			}
+			if b["image"] != "ghcr.io/sar-bridge/sar-bridge:v0.1.0" {
+				t.Errorf("image %v", b["image"])
+			}
+			wantVolumes := len(list(inSpec["volumes"])) + 1
+			if tc.wantSocketsAdded {
+				wantVolumes++
+			}
+			if got := len(list(spec["volumes"])); got != wantVolumes {
+				t.Errorf("%d volumes, want %d", got, wantVolumes)
+			}
+			role, binding := outDocs[len(outDocs)-2], outDocs[len(outDocs)-1]
+			if role.kind() != "ClusterRole" || role.name() != "sar-bridge-interlink-vk-hpc-node" || !reflect.DeepEqual(role.obj["rules"], roundTrip(t, ClusterRoleRules())) {
+				t.Errorf("ClusterRole:\n%s", role.raw)
+			}
+			wantSubjects := []any{map[string]any{"kind": "ServiceAccount", "name": "vk-hpc", "namespace": "interlink"}}
+			if binding.kind() != "ClusterRoleBinding" || !reflect.DeepEqual(binding.obj["subjects"], wantSubjects) {
+				t.Errorf("ClusterRoleBinding:\n%s", binding.raw)
+			}
+			// A second pass refuses: interLink already calls the bridge.
+			if _, err := Render(out, tc.opts); err == nil || !strings.Contains(err.Error(), `already has a container named "sar-bridge"`) {
+				t.Errorf("rendering twice: %v", err)
+			}
+		})
+	}
+}
+
+func roundTrip(t *testing.T, v any) any {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := yaml.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

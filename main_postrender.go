@@ -1,0 +1,73 @@
+package main
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	flag "github.com/spf13/pflag"
+
+	"github.com/sar-bridge/sar-bridge/helmpostrender"
+)
+
+// release is the VERSION file: the tag `make image` gives the image, so the sidecar runs
+// the image of this binary's release.
+//
+//go:embed VERSION
+var release string
+
+// helmPostRender is `sar-bridge helm-postrender`: a Helm post-renderer that adds the
+// bridge as a sidecar of interLink's API server to interLink's chart output (stdin to
+// stdout). It returns the exit code.
+func helmPostRender(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sar-bridge helm-postrender", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o helmpostrender.Options
+	fs.StringVar(&o.Deployment, "deployment", "", "interLink's Deployment (\"<nodeName>-node\"). Empty: the only Deployment with a container named \"interlink\".")
+	fs.StringVar(&o.Image, "image", "ghcr.io/sar-bridge/sar-bridge:"+strings.TrimSpace(release), "The bridge's image.")
+	fs.StringVar(&o.Socket, "socket", "/var/run/sar-bridge.sock", "The bridge's socket for interLink, in the /var/run/ volume the pod's containers share.")
+	fs.StringVar(&o.PluginURL, "plugin-url", "", "The real plugin (http://host:port or unix:///path). Empty: the SidecarURL/SidecarPort interLink is configured with.")
+	fs.StringArrayVar(&o.Args, "bridge-arg", nil, "A flag for the bridge container, e.g. --bridge-arg=--openshift.mappings=team-a=interlink.io (repeatable).")
+	fs.BoolVar(&o.RBAC, "rbac", true, "Add the bridge's ClusterRole, bound to the pod's ServiceAccount.")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: helm install ... --post-renderer sar-bridge --post-renderer-args helm-postrender [--post-renderer-args FLAG ...]\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "sar-bridge helm-postrender: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sar-bridge helm-postrender: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	in, err := io.ReadAll(stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "sar-bridge helm-postrender: reading stdin: %v\n", err)
+		return 1
+	}
+	out, err := helmpostrender.Render(in, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "sar-bridge helm-postrender: %v\n", err)
+		return 1
+	}
+	if _, err := stdout.Write(out); err != nil {
+		fmt.Fprintf(stderr, "sar-bridge helm-postrender: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// runSubcommand runs a subcommand named by the first argument, if there is one.
+func runSubcommand(args []string) (code int, ok bool) {
+	if len(args) > 0 && args[0] == "helm-postrender" {
+		return helmPostRender(args[1:], os.Stdin, os.Stdout, os.Stderr), true
+	}
+	return 0, false
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+const postRenderInput = `apiVersion: v1
+kind: ConfigMap
+metadata: {name: il-config, namespace: il}
+data:
+  InterLinkConfig.yaml: |
+    SidecarURL: "http://localhost"
+    SidecarPort: "4000"
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: vk-node, namespace: il}
+spec:
+  template:
+    spec:
+      containers:
+      - name: interlink
+        image: il
+        volumeMounts:
+        - {name: il-config, mountPath: /etc/interlink/InterLinkConfig.yaml, subPath: InterLinkConfig.yaml}
+      volumes:
+      - {name: il-config, configMap: {name: il-config}}
+`
+
+func TestHelmPostRenderCommand(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		in         string
+		code       int
+		stdout     []string
+		stderr     string
+		stdoutNone bool
+	}{
+		{name: "defaults", in: postRenderInput, stdout: []string{
+			"image: ghcr.io/sar-bridge/sar-bridge:" + strings.TrimSpace(release),
+			"--interlink.plugin-url=http://localhost:4000", "value: unix:///var/run/sar-bridge.sock", "kind: ClusterRoleBinding"}},
+		{name: "flags", in: postRenderInput, args: []string{"--image=r/sb:t", "--plugin-url=unix:///var/run/p.sock", "--rbac=false", "--bridge-arg=--openshift.mappings=a=b.io"},
+			stdout: []string{"image: r/sb:t", "--interlink.plugin-url=unix:///var/run/p.sock", "--openshift.mappings=a=b.io"}},
+		{name: "unknown flag", in: postRenderInput, args: []string{"--nope"}, code: 2, stderr: "unknown flag: --nope", stdoutNone: true},
+		{name: "stray argument", in: postRenderInput, args: []string{"extra"}, code: 2, stderr: `unexpected arguments ["extra"]`, stdoutNone: true},
+		{name: "nothing to change", in: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", code: 1,
+			stderr: `sar-bridge helm-postrender: no Deployment with a container named "interlink"`, stdoutNone: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := helmPostRender(tc.args, strings.NewReader(tc.in), &stdout, &stderr)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d (stderr %s)", code, tc.code, stderr.String())
+			}
+			for _, w := range tc.stdout {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, stdout.String())
+				}
+			}
+			if tc.stderr != "" && !strings.Contains(stderr.String(), tc.stderr) {
+				t.Errorf("stderr %q lacks %q", stderr.String(), tc.stderr)
+			}
+			if tc.stdoutNone && stdout.Len() != 0 {
+				t.Errorf("stdout on failure: %s", stdout.String())
+			}
+			if tc.code == 0 && strings.Contains(stdout.String(), "kind: ClusterRole\n") == strings.Contains(strings.Join(tc.args, " "), "--rbac=false") {
+				t.Errorf("ClusterRole presence does not follow --rbac:\n%s", stdout.String())
+			}
+		})
+	}
+}
+
+func TestRunSubcommand(t *testing.T) {
+	for _, args := range [][]string{nil, {"--version"}, {"--web.listen=:1"}} {
+		if _, ok := runSubcommand(args); ok {
+			t.Errorf("%q ran a subcommand", args)
+		}
+	}
+}
