@@ -534,14 +534,7 @@ subjects:
 			Binary: suite.binary, Kubeconfig: kubeconfig, Args: args,
 			LogPath: filepath.Join(suite.workDir, "bridge-chart-rbac.log"),
 		})
-		if b != nil {
-			t.Cleanup(func() {
-				b.Stop()
-				if t.Failed() {
-					t.Logf("--- sar-bridge log %s ---\n%s", b.LogPath, tail(b.Log(), 100))
-				}
-			})
-		}
+		stopAtCleanup(t, b)
 		if err != nil {
 			t.Fatalf("the chart's args %q: %v", args, err)
 		}
@@ -851,14 +844,7 @@ subjects:
 
 	b, err := cluster.StartBridge(cluster.BridgeOptions{Binary: suite.binary, Kubeconfig: suite.kubeconfig, Args: args,
 		LogPath: filepath.Join(suite.workDir, "bridge-chart-all-on.log")})
-	if b != nil {
-		t.Cleanup(func() {
-			b.Stop()
-			if t.Failed() {
-				t.Logf("--- sar-bridge log %s ---\n%s", b.LogPath, tail(b.Log(), 100))
-			}
-		})
-	}
+	stopAtCleanup(t, b)
 	if err != nil {
 		t.Fatalf("the all-on args %q: %v", args, err)
 	}

@@ -396,18 +396,26 @@ func newBridge(t *testing.T, extra ...string) *cluster.Bridge {
 	t.Helper()
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
 	b, err := startBridge(name, baseArgs(extra...)...)
-	if b != nil {
-		t.Cleanup(func() {
-			b.Stop()
-			if t.Failed() {
-				t.Logf("--- sar-bridge log %s ---\n%s", b.LogPath, tail(b.Log(), 300))
-			}
-		})
-	}
+	stopAtCleanup(t, b)
 	if err != nil {
 		t.Fatalf("starting sar-bridge: %v", err)
 	}
 	return b
+}
+
+// stopAtCleanup stops b when the test ends and prints the tail of its log if the test
+// failed; b may be nil (it did not start).
+func stopAtCleanup(t *testing.T, b *cluster.Bridge) {
+	t.Helper()
+	if b == nil {
+		return
+	}
+	t.Cleanup(func() {
+		b.Stop()
+		if t.Failed() {
+			t.Logf("--- sar-bridge log %s ---\n%s", b.LogPath, tail(b.Log(), 300))
+		}
+	})
 }
 
 // shared returns the suite's shared bridge and prints the tail of its log if the test

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
@@ -28,17 +27,7 @@ func renderBase(t *testing.T) []*unstructured.Unstructured {
 
 func find[T any](t *testing.T, objs []*unstructured.Unstructured, kind, name string) *T {
 	t.Helper()
-	for _, o := range objs {
-		if o.GetKind() == kind && o.GetName() == name {
-			out := new(T)
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
-				t.Fatalf("%s %s: %v", kind, name, err)
-			}
-			return out
-		}
-	}
-	t.Fatalf("manifests/base has no %s %s", kind, name)
-	return nil
+	return findIn[T](t, objs, kind, name)
 }
 
 // Everything in manifests/base, including the Deployment and Service the suite does not
@@ -209,14 +198,7 @@ func TestManifestsArgsAndPolicyData(t *testing.T) {
 	// The shutdown delay only slows the test's teardown down.
 	args = append(args, "--web.shutdown-delay=0s")
 	b, err := startBridge("deployment-args", args...)
-	if b != nil {
-		t.Cleanup(func() {
-			b.Stop()
-			if t.Failed() {
-				t.Logf("--- sar-bridge log %s ---\n%s", b.LogPath, tail(b.Log(), 100))
-			}
-		})
-	}
+	stopAtCleanup(t, b)
 	if err != nil {
 		t.Fatalf("the Deployment's args %q: %v", args, err)
 	}

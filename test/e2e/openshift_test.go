@@ -189,14 +189,7 @@ func newLokiBridge(t *testing.T, extra ...string) *cluster.Bridge {
 	t.Helper()
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
 	b, err := startBridge(name, append(append([]string{}, lokiFlags...), extra...)...)
-	if b != nil {
-		t.Cleanup(func() {
-			b.Stop()
-			if t.Failed() {
-				t.Logf("--- sar-bridge log %s ---\n%s", b.LogPath, tail(b.Log(), 100))
-			}
-		})
-	}
+	stopAtCleanup(t, b)
 	if err != nil {
 		t.Fatalf("starting sar-bridge: %v", err)
 	}
