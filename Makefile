@@ -84,9 +84,9 @@ unit: deps ## Unit tests (with the race detector), Rego tests and fuzz seed corp
 	$(GO) test -race -count=1 ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5000x
 
-e2e: build deps controlplane ## End-to-end tests: real kube-apiserver, etcd, memcached and the binary.
+e2e: build deps controlplane helm ## End-to-end tests: real kube-apiserver, etcd, memcached, kubectl and the binary.
 	cd test && SAR_BRIDGE_BINARY=$(CURDIR)/$(BIN) SAR_BRIDGE_CONTROLPLANE_BIN=$(CACHE_DIR)/bin \
-		$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -skip '$(CHART_TESTS)' ./...
+		SAR_BRIDGE_KUBECTL=$(CACHE_DIR)/bin/kubectl $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -skip '$(CHART_TESTS)' ./...
 
 lint: ## gofmt and go vet, in both modules.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

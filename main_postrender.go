@@ -66,8 +66,11 @@ func helmPostRender(args []string, stdin io.Reader, stdout, stderr io.Writer) in
 
 // runSubcommand runs a subcommand named by the first argument, if there is one.
 func runSubcommand(args []string) (code int, ok bool) {
+	if len(args) > 0 && args[0] == "discovery" {
+		return discoveryCmd(args[1:], os.Stdout, os.Stderr), true
+	}
 	if len(args) > 0 && args[0] == "helm-postrender" {
 		return helmPostRender(args[1:], os.Stdin, os.Stdout, os.Stderr), true
 	}
-	return 0, false
+	return runAdminCommand(args) // check, who-can (main_admin.go)
 }

@@ -185,6 +185,14 @@ func TestChartRenderingsApply(t *testing.T) {
 				"Service chart-full/full-sar-bridge",
 				"Service chart-full/full-sar-bridge-memcached",
 				"ServiceAccount chart-full/full-sar-bridge",
+				"ValidatingAdmissionPolicy sar-bridge-discovery.extra.interlink.io",
+				"ValidatingAdmissionPolicy sar-bridge-discovery.interlink.io",
+				"ValidatingAdmissionPolicy sar-bridge-discovery.shared.interlink.io",
+				"ValidatingAdmissionPolicy sar-bridge-discovery.tenant-b.interlink.io",
+				"ValidatingAdmissionPolicyBinding sar-bridge-discovery.extra.interlink.io",
+				"ValidatingAdmissionPolicyBinding sar-bridge-discovery.interlink.io",
+				"ValidatingAdmissionPolicyBinding sar-bridge-discovery.shared.interlink.io",
+				"ValidatingAdmissionPolicyBinding sar-bridge-discovery.tenant-b.interlink.io",
 			},
 		},
 		{
@@ -217,8 +225,9 @@ func TestChartRenderingsApply(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				// The CRDs stay: TestChartCanI and others may use them, and they store nothing.
-				_ = suite.cluster.Delete(context.Background(), cluster.Filter(all, cluster.SkipKinds("CustomResourceDefinition")))
+				// The discovery objects stay (as helm would keep them): other tests use them,
+				// they store nothing, and manifests/base has the same interlink.io ones.
+				_ = suite.cluster.Delete(context.Background(), cluster.Filter(all, cluster.SkipKinds(discoveryKinds...)))
 			})
 		})
 	}
@@ -623,9 +632,14 @@ func canIRows(out string) []string {
 func TestChartCanI(t *testing.T) {
 	ctx := context.Background()
 	objs := renderChart(t, "cani", "chart-cani", "--set-string", "mappings.team-a=interlink.io")
-	crds := cluster.Filter(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "CustomResourceDefinition" })
-	if got := inventory(crds); !slices.Equal(got, []string{"CustomResourceDefinition nodes.interlink.io", "CustomResourceDefinition pods.interlink.io"}) {
-		t.Fatalf("CRDs %q", got)
+	crds := cluster.Filter(objs, isDiscoveryKind)
+	if got := inventory(crds); !slices.Equal(got, []string{
+		"CustomResourceDefinition nodes.interlink.io",
+		"CustomResourceDefinition pods.interlink.io",
+		"ValidatingAdmissionPolicy sar-bridge-discovery.interlink.io",
+		"ValidatingAdmissionPolicyBinding sar-bridge-discovery.interlink.io",
+	}) {
+		t.Fatalf("discovery objects %q", got)
 	}
 	if err := suite.cluster.Apply(ctx, crds); err != nil {
 		t.Fatal(err)
@@ -659,15 +673,8 @@ func TestChartCanI(t *testing.T) {
 			}
 		})
 	}
-	// The CRDs are names only: the API server refuses every object.
-	_, err := suite.cluster.ApplyYAML(ctx, `
-apiVersion: interlink.io/v1
-kind: Pod
-metadata: {name: nope, namespace: team-a}
-`)
-	if err == nil || !strings.Contains(err.Error(), "exists only as a name for RBAC") {
-		t.Errorf("creating an interlink.io/v1 Pod: %v, want the CRD's refusal", err)
-	}
+	// The CRDs are names only: the admission policy refuses every object.
+	refused(t, kubectlCmd(t), "interlink.io", "pods", "OffloadPod")
 }
 
 // helm install and upgrade against the real API server: the HMAC key the chart generates

@@ -1,0 +1,450 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	flag "github.com/spf13/pflag"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sar-bridge/sar-bridge/admin"
+	"github.com/sar-bridge/sar-bridge/authorizer"
+	"github.com/sar-bridge/sar-bridge/kube"
+	"github.com/sar-bridge/sar-bridge/mapping"
+	"github.com/sar-bridge/sar-bridge/policies"
+)
+
+// addDecisionFlags registers the flags that shape a decision. The server and the admin
+// commands register them from here, so `check` and `who-can` decide with exactly the
+// server's options and cannot drift from it.
+func (cfg *config) addDecisionFlags(fs *flag.FlagSet) {
+	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file; empty uses $KUBECONFIG, else the in-cluster service account.")
+	fs.StringVar(&cfg.kubeconfig, "openshift.kubeconfig", "", "Alias of --kubeconfig (opa-openshift's name).")
+	fs.StringSliceVar(&cfg.mappingPairs, "openshift.mappings", nil, "Tenant to API group mapping, tenant=group (repeatable or comma-separated); tenant \"*\" is the fallback for unmapped tenants.")
+	fs.StringVar(&cfg.mappingsFile, "openshift.mappings-file", "", "File of tenant=group lines (# comments allowed), merged with --openshift.mappings and reloaded when it changes; a broken file is rejected and the last good mappings kept.")
+	fs.StringVar(&cfg.tenantLabel, "tenant.label", "interlink.io/tenant", "Namespace (and node) label naming the tenant; a namespace without it is its own tenant.")
+	fs.StringVar(&cfg.policyDir, "policies", "", "Directory of .rego files that extend the embedded policy; a file named like an embedded one replaces it.")
+	fs.StringVar(&cfg.policyData, "policies.data", "", "JSON or YAML file whose object becomes the policy's data (limits, protected_taints, default_limits under \"interlink\").")
+	fs.BoolVar(&cfg.nodeAccess, "review.node-access", false, "Also require \"use\" on \"nodes\" in the tenant's group, named after the target virtual node.")
+	fs.DurationVar(&cfg.reviewTimeout, "review.timeout", 5*time.Second, "Longest wait for one SubjectAccessReview; past it the decision is a 503, never an allow.")
+	fs.Float32Var(&cfg.kubeQPS, "kube.qps", 50, "Queries per second to the Kubernetes API.")
+	fs.IntVar(&cfg.kubeBurst, "kube.burst", 100, "Burst of queries to the Kubernetes API.")
+}
+
+// adminSyncTimeout bounds the wait for the first list of namespaces and nodes.
+const adminSyncTimeout = 30 * time.Second
+
+// Exit code of a command line the admin commands cannot run.
+const exitUsage = 2
+
+const checkHelp = `Decide pods as the server would, from a terminal: the same mappings, policies and
+data flags, live SubjectAccessReviews (no cache), the live cluster; no server is involved.
+
+-f takes Pods and workloads with a pod template (Job, CronJob, Deployment, StatefulSet,
+DaemonSet, ReplicaSet), several documents at once, "-" for stdin. A template becomes a
+pod named like its workload, in the workload's namespace (else --namespace, else the
+kubeconfig context's namespace), running as the template's service account.
+
+Exit status: 0 every pod allowed, 1 a pod denied, 2 an error (nothing is printed for a
+pod that could not be decided; its error goes to stderr).
+
+Examples:
+  # Would the Job's pod be offloaded?
+  sar-bridge check --openshift.mappings team-a=interlink.io -f job.yaml
+
+  # Every document of a file, as the server with a policy data file decides
+  sar-bridge check --openshift.mappings-file mappings.txt --policies.data data.yaml -f all.yaml -o json
+
+  # As a user (the kubeconfig's user must be allowed to impersonate it), on a node
+  kubectl get deploy web -o yaml | sar-bridge check -f - --as alice --as-group hpc-users --node vk-1
+
+Usage: sar-bridge check -f FILENAME [flags]
+
+Flags:
+`
+
+const whoCanHelp = `List the subjects (users, groups, service accounts) that may offload pods, per
+namespace: those bound by RoleBindings and ClusterRoleBindings to a rule granting the
+operation's verb on "pods" in the API group the namespace's tenant maps to (wildcards
+included), each confirmed by a SubjectAccessReview. Namespaces of unmapped tenants are
+left out. Subjects allowed only through another binding of a group they belong to appear
+as that group. The server's decision flags are all accepted, so its command line can be
+reused; who-can reads the mappings, --tenant.label and --review.node-access.
+
+Exit status: 0 success (also when no subject may offload), 1 an error, 2 a usage error.
+
+Examples:
+  # Who may offload anywhere?
+  sar-bridge who-can --openshift.mappings team-a=interlink.io
+
+  # Who may offload from team-a to vk-1, with node access reviews as the server runs them?
+  sar-bridge who-can -n team-a --review.node-access --node vk-1 -o json
+
+Usage: sar-bridge who-can [flags]
+
+Flags:
+`
+
+// adminFlags are what a command line of an admin command holds besides cfg.
+type adminFlags struct {
+	filenames []string
+	namespace string
+	operation string
+	node      string
+	as        string
+	asGroups  []string
+	output    string
+}
+
+// newAdminFlagSet returns the flags of an admin command; the shared decision flags are
+// cfg's, the rest a's.
+func newAdminFlagSet(name string, cfg *config, a *adminFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("sar-bridge "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors and help are printed by the caller
+	fs.Usage = func() {}
+	cfg.addDecisionFlags(fs)
+	fs.StringVarP(&a.namespace, "namespace", "n", "", "Namespace; empty: the kubeconfig context's.")
+	fs.StringVar(&a.operation, "operation", "create", "The operation decided: create, delete or status.")
+	fs.StringVar(&a.node, "node", "", "The target virtual node.")
+	fs.StringVarP(&a.output, "output", "o", "", "Output format: empty for text, or json.")
+	return fs
+}
+
+// parseAdmin parses args; it prints help or the error itself and returns the exit code
+// to stop with, or -1 to go on.
+func parseAdmin(fs *flag.FlagSet, help string, args []string, stdout, stderr io.Writer) int {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, help+fs.FlagUsages())
+		return 0
+	case err != nil:
+		return usageError(stderr, fs.Name(), err)
+	case fs.NArg() > 0:
+		return usageError(stderr, fs.Name(), fmt.Errorf("unexpected arguments: %q", fs.Args()))
+	}
+	return -1
+}
+
+func usageError(stderr io.Writer, name string, err error) int {
+	fmt.Fprintf(stderr, "error: %v\nSee '%s --help' for usage.\n", err, name)
+	return exitUsage
+}
+
+// validateAdmin checks the shared flags the way parseFlags does for the server.
+func (cfg *config) validateAdmin(a adminFlags) error {
+	var err error
+	if cfg.mappings, err = mapping.Parse(cfg.mappingPairs); err != nil {
+		return fmt.Errorf("--openshift.mappings: %w", err)
+	}
+	switch {
+	case cfg.tenantLabel == "":
+		return errors.New("--tenant.label must not be empty")
+	case cfg.reviewTimeout <= 0:
+		return errors.New("--review.timeout must be positive")
+	case a.output != "" && a.output != "json":
+		return fmt.Errorf("--output %q: want json or nothing", a.output)
+	case a.operation != "create" && a.operation != "delete" && a.operation != "status":
+		return fmt.Errorf("--operation %q: want create, delete or status", a.operation)
+	}
+	if cfg.kubeconfig == "" {
+		cfg.kubeconfig = os.Getenv("KUBECONFIG") // as the server and kubectl do
+	}
+	return nil
+}
+
+// adminClient connects as the kubeconfig's user.
+func adminClient(cfg config) (kubernetes.Interface, error) {
+	client, _, err := kube.NewClient(kube.ClientOptions{Kubeconfig: cfg.kubeconfig, QPS: cfg.kubeQPS, Burst: cfg.kubeBurst, UserAgent: "sar-bridge-admin"})
+	return client, err
+}
+
+// defaultNamespace is --namespace, else the kubeconfig context's, as kubectl reads it.
+func defaultNamespace(cfg config, namespace string) (string, error) {
+	if namespace != "" {
+		return namespace, nil
+	}
+	if cfg.kubeconfig == "" {
+		return metav1.NamespaceDefault, nil
+	}
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.kubeconfig}, &clientcmd.ConfigOverrides{}).Namespace()
+	if err != nil {
+		return "", fmt.Errorf("reading the namespace of kubeconfig %s: %w", cfg.kubeconfig, err)
+	}
+	return ns, nil
+}
+
+// loadMappings merges the flags' mappings with the mappings file, once.
+func loadMappings(cfg config) (mapping.Mappings, error) {
+	if cfg.mappingsFile == "" {
+		return cfg.mappings, nil
+	}
+	file, err := mapping.ParseFile(cfg.mappingsFile)
+	if err != nil {
+		return mapping.Mappings{}, fmt.Errorf("--openshift.mappings-file: %w", err)
+	}
+	return mapping.Merge(cfg.mappings, file)
+}
+
+// noCache is a review cache that never holds anything: every review of a check is live.
+type noCache struct{}
+
+func (noCache) Get(context.Context, string) ([]byte, bool, error)        { return nil, false, nil }
+func (noCache) Set(context.Context, string, []byte, time.Duration) error { return nil }
+
+// newCheckAuthorizer builds the server's decision pipeline over the live cluster.
+func newCheckAuthorizer(ctx context.Context, cfg config, client kubernetes.Interface, impersonating bool) (*authorizer.Authorizer, error) {
+	mappings, err := loadMappings(cfg)
+	if err != nil {
+		return nil, err
+	}
+	evaluator, err := policies.New(ctx, policies.Options{Dir: cfg.policyDir, DataFile: cfg.policyData})
+	if err != nil {
+		return nil, fmt.Errorf("loading policies: %w", err)
+	}
+	// Fail fast on an API that cannot answer, rather than waiting out the informers.
+	if err := kube.CheckReachable(ctx, client, cfg.reviewTimeout); err != nil {
+		return nil, err
+	}
+	view := kube.NewClusterView(client, time.Hour)
+	view.Start(ctx)
+	syncCtx, cancel := context.WithTimeout(ctx, adminSyncTimeout)
+	defer cancel()
+	if !view.WaitForSync(syncCtx) {
+		return nil, fmt.Errorf("listing namespaces and nodes: not done within %s (may the kubeconfig's user list and watch them?)", adminSyncTimeout)
+	}
+	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff), noCache{},
+		authorizer.CachingReviewerOptions{Timeout: cfg.reviewTimeout})
+	authz := authorizer.New(authorizer.Config{Mappings: mappings, TenantLabel: cfg.tenantLabel, NodeAccess: cfg.nodeAccess}, reviewer, view, evaluator, nil, nil)
+	if impersonating {
+		// The impersonation checks are reviews for the caller, which the server
+		// sends for its authenticated callers; here the caller is the kubeconfig's user.
+		impersonation, err := authorizerfactory.DelegatingAuthorizerConfig{
+			SubjectAccessReviewClient: client.AuthorizationV1(),
+			WebhookRetryBackoff:       &kube.DefaultRetryBackoff,
+		}.New()
+		if err != nil {
+			return nil, fmt.Errorf("impersonation authorizer: %w", err)
+		}
+		authz.SetImpersonationAuthorizer(impersonation)
+	}
+	return authz, nil
+}
+
+// withKubeconfigUser puts the kubeconfig's user in ctx as the decision's caller, as the
+// API server names it (SelfSubjectReview).
+func withKubeconfigUser(ctx context.Context, client kubernetes.Interface) (context.Context, error) {
+	review, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("asking who the kubeconfig's user is (SelfSubjectReview): %w", err)
+	}
+	u := review.Status.UserInfo
+	extra := make(map[string][]string, len(u.Extra))
+	for k, v := range u.Extra {
+		extra[k] = v
+	}
+	return request.WithUser(ctx, &user.DefaultInfo{Name: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra}), nil
+}
+
+// runCheck is `sar-bridge check`; it returns the exit code.
+func runCheck(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var cfg config
+	var a adminFlags
+	fs := newAdminFlagSet("check", &cfg, &a)
+	fs.StringArrayVarP(&a.filenames, "filename", "f", nil, "File of Pods or workloads to check (repeatable); - reads stdin.")
+	fs.StringVar(&a.as, "as", "", "Decide for this user (input.user) instead of each pod's service account; the kubeconfig's user must be allowed to impersonate it.")
+	fs.StringArrayVar(&a.asGroups, "as-group", nil, "A group of --as (repeatable); the groups are taken as given, as input.user is.")
+	if code := parseAdmin(fs, checkHelp, args, stdout, stderr); code >= 0 {
+		return code
+	}
+	err := cfg.validateAdmin(a)
+	switch {
+	case err != nil:
+		return usageError(stderr, fs.Name(), err)
+	case len(a.filenames) == 0:
+		return usageError(stderr, fs.Name(), errors.New("-f/--filename is required"))
+	case len(a.asGroups) > 0 && a.as == "":
+		return usageError(stderr, fs.Name(), errors.New("--as-group needs --as"))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	outcomes, err := check(ctx, cfg, a, stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return admin.ExitError
+	}
+	print := admin.PrintText
+	if a.output == "json" {
+		print = admin.PrintJSON
+	}
+	if err := print(stdout, outcomes); err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return admin.ExitError
+	}
+	admin.PrintErrors(stderr, outcomes)
+	return admin.ExitCode(outcomes)
+}
+
+// check reads the pods and decides each one.
+func check(ctx context.Context, cfg config, a adminFlags, stdin io.Reader) ([]admin.Outcome, error) {
+	client, err := adminClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	namespace, err := defaultNamespace(cfg, a.namespace)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := readPods(a.filenames, stdin, namespace, a.namespace != "")
+	if err != nil {
+		return nil, err
+	}
+	opts := admin.CheckOptions{Operation: a.operation, Node: a.node}
+	if a.as != "" {
+		opts.User = &admin.User{Username: a.as, Groups: a.asGroups}
+		if ctx, err = withKubeconfigUser(ctx, client); err != nil {
+			return nil, err
+		}
+	}
+	authz, err := newCheckAuthorizer(ctx, cfg, client, a.as != "")
+	if err != nil {
+		return nil, err
+	}
+	return admin.Check(ctx, authz, pods, opts), nil
+}
+
+// readPods reads the pods of every -f in order.
+func readPods(filenames []string, stdin io.Reader, namespace string, explicit bool) ([]admin.Pod, error) {
+	var pods []admin.Pod
+	for _, name := range filenames {
+		r := stdin
+		if name != "-" {
+			f, err := os.Open(name)
+			if err != nil {
+				return nil, fmt.Errorf("-f: %w", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		got, err := admin.ReadPods(r, namespace, explicit)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", name, err)
+		}
+		pods = append(pods, got...)
+	}
+	return pods, nil
+}
+
+// runWhoCan is `sar-bridge who-can`; it returns the exit code.
+func runWhoCan(args []string, stdout, stderr io.Writer) int {
+	var cfg config
+	var a adminFlags
+	fs := newAdminFlagSet("who-can", &cfg, &a)
+	fs.Lookup("namespace").Usage = "Only this namespace; empty: every namespace whose tenant is mapped."
+	if code := parseAdmin(fs, whoCanHelp, args, stdout, stderr); code >= 0 {
+		return code
+	}
+	err := cfg.validateAdmin(a)
+	switch {
+	case err != nil:
+		return usageError(stderr, fs.Name(), err)
+	case cfg.nodeAccess && a.node == "":
+		return usageError(stderr, fs.Name(), errors.New("--review.node-access needs --node: the node reviews name it"))
+	case !cfg.nodeAccess && a.node != "":
+		return usageError(stderr, fs.Name(), errors.New("--node needs --review.node-access: without it RBAC does not restrict nodes"))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rows, err := whoCan(ctx, cfg, a)
+	if err == nil && len(rows) == 0 && a.output == "" {
+		fmt.Fprintln(stderr, "No subjects found.")
+		return 0
+	}
+	if err == nil {
+		print := admin.PrintTable
+		if a.output == "json" {
+			print = admin.PrintRowsJSON
+		}
+		err = print(stdout, rows)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// whoCan lists the candidates of the target namespaces and confirms each one.
+func whoCan(ctx context.Context, cfg config, a adminFlags) ([]admin.Row, error) {
+	client, err := adminClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mappings, err := loadMappings(cfg)
+	if err != nil {
+		return nil, err
+	}
+	namespaces, err := listNamespaces(ctx, client, a.namespace)
+	if err != nil {
+		return nil, err
+	}
+	targets := admin.Targets(namespaces, mappings, cfg.tenantLabel)
+	if a.namespace != "" && len(targets) == 0 {
+		ns := namespaces[0]
+		tenant := mapping.Tenant(ns.Name, ns.Labels, cfg.tenantLabel)
+		return nil, fmt.Errorf("tenant %q (namespace %q) has no API group mapping: nobody may offload from it", tenant, ns.Name)
+	}
+	rbac, err := admin.ListRBAC(ctx, client, a.namespace)
+	if err != nil {
+		return nil, err
+	}
+	verb := map[string]string{"create": "create", "delete": "delete", "status": "get"}[a.operation]
+	candidates := admin.Candidates(rbac, targets, verb)
+	reviewer := kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff)
+	return admin.Confirm(ctx, reviewer, candidates, admin.ConfirmOptions{Verb: verb, Node: a.node})
+}
+
+// listNamespaces is the one namespace named, or all of them.
+func listNamespaces(ctx context.Context, client kubernetes.Interface, name string) ([]corev1.Namespace, error) {
+	if name != "" {
+		ns, err := client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("namespace %q not found", name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading namespace %q: %w", name, err)
+		}
+		return []corev1.Namespace{*ns}, nil
+	}
+	list, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	return list.Items, nil
+}
+
+// runAdminCommand runs `check` or `who-can` when args name one.
+func runAdminCommand(args []string) (code int, ok bool) {
+	switch {
+	case len(args) > 0 && args[0] == "check":
+		return runCheck(args[1:], os.Stdin, os.Stdout, os.Stderr), true
+	case len(args) > 0 && args[0] == "who-can":
+		return runWhoCan(args[1:], os.Stdout, os.Stderr), true
+	}
+	return 0, false
+}
