@@ -11,6 +11,9 @@ trap 'rm -f "$out"' EXIT
 go test -run '^$' -bench '^BenchmarkGetHit$' -benchtime 20000x -count "$count" ./cache/ | tee -a "$out"
 go test -run '^$' -bench '^BenchmarkOpen$' -benchmem -count "$count" ./cache/ | tee -a "$out"
 go test -run '^$' -bench '^(BenchmarkEvalDecision|BenchmarkDecide)$' -benchmem -count "$count" ./policies/ ./authorizer/ | tee -a "$out"
+# The default policy against its pre-rewrite copy (policies/testdata/authz_baseline.rego)
+# and a trivial policy, all prepared queries on the input the bridge builds.
+go test -run '^$' -bench '^BenchmarkPolicy$' -benchmem -benchtime 2000x -count "$count" ./policies/ | tee -a "$out"
 echo
 awk '
   /^Benchmark/ { name = $1; sub(/-[0-9]+$/, "", name); ns = $3 + 0
@@ -27,5 +30,9 @@ awk '
     ratio("cache: HMAC verification / CRC check (no round trip)", "BenchmarkOpen/signed", "BenchmarkOpen/unsigned")
     ratio("cache: verification, 3 keys, last signed / 1 key", "BenchmarkOpen/signed-3-keys-last", "BenchmarkOpen/signed")
     ratio("decision (cached review) / policy evaluation alone", "BenchmarkDecide/cache-hit", "BenchmarkEvalDecision")
+    ratio("policy: default / pre-rewrite baseline (map input)", "BenchmarkPolicy/map", "BenchmarkPolicy/baseline-map")
+    ratio("policy: default / pre-rewrite baseline (parsed input)", "BenchmarkPolicy/parsed", "BenchmarkPolicy/baseline-parsed")
+    ratio("policy: parsed input / map input", "BenchmarkPolicy/parsed", "BenchmarkPolicy/map")
+    ratio("policy: default (parsed) / trivial policy (parsed)", "BenchmarkPolicy/parsed", "BenchmarkPolicy/trivial-parsed")
     ratio("decision (fake API review) / decision (cached review)", "BenchmarkDecide/review-each-time", "BenchmarkDecide/cache-hit")
   }' "$out"

@@ -149,8 +149,10 @@ func (s snapshot) build() (*Evaluator, error) {
 	}
 	return &Evaluator{
 		compiler: compiler,
-		store:    inmem.NewFromObject(data),
-		cache:    newLRU(cacheSize),
+		// Data is converted to Rego values once, here, rather than on every
+		// read of every evaluation (issue 19).
+		store: inmem.NewFromObjectWithOpts(data, inmem.OptReturnASTValuesOnRead(true)),
+		cache: newLRU(cacheSize),
 	}, nil
 }
 

@@ -540,3 +540,60 @@ test_allow_matches_decision if {
 		a == d.allowed
 	}
 }
+
+# ---------------------------------------------------------------------------
+# Rules the issue-19 rewrite touched
+# ---------------------------------------------------------------------------
+
+test_caps_tie_goes_to_first_group if {
+	inp := one_container({"limits": {"cpu": "5"}})
+	authz.deny == {"container \"main\" sets cpu limit 5 over the cap 4000m for group \"system:authenticated\""} with input as inp
+		with data.interlink.limits as {team_group: {"cpu": "4"}, "system:authenticated": {"cpu": "4000m"}}
+}
+
+test_caps_invalid_cap_ignored_for_the_largest if {
+	# The mistyped cap is reported and the valid one still applies.
+	inp := one_container({"limits": {"cpu": "3"}})
+	authz.deny == {
+		"container \"main\" sets cpu limit 3 over the cap 2 for group \"system:authenticated\"",
+		"invalid cpu cap 8x configured for group \"system:serviceaccounts:team-a\"",
+	} with input as inp
+		with data.interlink.limits as {team_group: {"cpu": "8x"}, "system:authenticated": {"cpu": "2"}}
+}
+
+test_caps_null_limit_falls_back_to_request if {
+	inp := one_container({"limits": {"cpu": null}, "requests": {"cpu": "5"}})
+	authz.deny == {"container \"main\" requests cpu 5 over the cap 4 for group \"system:serviceaccounts:team-a\""} with input as inp
+		with data.interlink.limits as limits
+}
+
+test_caps_unnamed_containers_by_index if {
+	inp := with_spec({"containers": [{"name": "ok"}, {"resources": {"limits": {"cpu": "9"}}}]})
+	authz.deny == {"container \"#1\" sets cpu limit 9 over the cap 4 for group \"system:serviceaccounts:team-a\""} with input as inp
+		with data.interlink.limits as limits
+}
+
+test_taint_non_string_operator_is_equal if {
+	inp := object.union(tol({"key": "hpc.example/reserved", "operator": 7, "value": "gpu"}), {"subject": other_subject})
+	authz.deny == {"toleration \"hpc.example/reserved\"=\"gpu\" of a protected taint is not allowed for subject \"alice\""} with input as inp
+		with data.interlink.protected_taints as protected
+}
+
+test_taint_protected_without_value_matches_empty_value if {
+	inp := object.union(tol({"key": "hpc.example/reserved"}), {"subject": other_subject})
+	authz.deny == {"toleration \"hpc.example/reserved\"=\"\" of a protected taint is not allowed for subject \"alice\""} with input as inp
+		with data.interlink.protected_taints as [{"key": "hpc.example/reserved"}]
+}
+
+test_taint_malformed_protected_entries_ignored if {
+	authz.allow with input as tol({"operator": "Exists"}) with data.interlink.protected_taints as [1, {"key": 2}, {"key": ""}]
+	authz.allow with input as tol({"key": "k", "operator": "Exists"}) with data.interlink.protected_taints as {"a": {"key": "k"}}
+}
+
+test_non_create_skips_violations if {
+	every op in ["delete", "status", "Create"] {
+		count(authz.violations) == 0 with input as object.union(bad_pod, {"operation": op})
+			with data.interlink.limits as limits
+			with data.interlink.protected_taints as protected
+	}
+}
