@@ -125,7 +125,13 @@ Each pod decision is a Kubernetes SubjectAccessReview for the pod's service acco
 "pods" in the API group its tenant maps to, then a Rego policy (caps, protected taints,
 tenant isolation, modifications).
 
-Usage: sar-bridge [flags]
+Usage: sar-bridge [flags]                serve (the default)
+       sar-bridge check -f FILE [flags]   decide pods from a terminal, as the server would
+       sar-bridge who-can [flags]         list who may offload where
+       sar-bridge discovery --group G     CRDs that make kubectl auth can-i truthful
+       sar-bridge helm-postrender [flags] add the bridge to interLink's chart (Helm post-renderer)
+       sar-bridge --version
+Each command explains itself with --help.
 
 Flags:
 %s`, fs.FlagUsages())
