@@ -326,9 +326,24 @@ func TestRelayUnchanged(t *testing.T) {
 		t.Errorf("relayed routes were decided: %v", d.inputs)
 	}
 	for route, want := range map[string]float64{"delete": 1, "status": 2, "getLogs": 1, "other": 1} {
-		if n := requestCount(t, h.reg, route, "201"); n != want {
+		if n := eventualRequestCount(t, h.reg, route, "201", want); n != want {
 			t.Errorf("requests_total{route=%q,code=201} = %v, want %v", route, n, want)
 		}
+	}
+}
+
+// eventualRequestCount waits (up to 2s) for requestCount to reach want and returns the
+// last count: the counter moves when the handler returns, which may be just after the
+// client has read the whole answer.
+func eventualRequestCount(t *testing.T, reg *prometheus.Registry, route, code string, want float64) float64 {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n := requestCount(t, reg, route, code)
+		if n == want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -379,7 +379,14 @@ func checkRelayMetrics(t *testing.T, b *cluster.Bridge) {
 		{"sar_bridge_interlink_requests_total", map[string]string{"route": "delete", "code": "200"}, 1},
 		{"sar_bridge_interlink_requests_total", map[string]string{"route": "getLogs", "code": "200"}, 1},
 	} {
-		if got := metric(t, b, c.name, c.labels); got != c.want {
+		// A request is counted when its handler returns, which may be just after the
+		// client has read the answer.
+		var got float64
+		poll(2*time.Second, 20*time.Millisecond, func() bool {
+			got = metric(t, b, c.name, c.labels)
+			return got == c.want
+		})
+		if got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
