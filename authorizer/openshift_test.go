@@ -137,19 +137,8 @@ func TestOpenShiftDecisions(t *testing.T) {
 			if !d.Defined || d.ID != "" {
 				t.Errorf("decision defined=%v id=%q; want defined, no decision id (opa-openshift sends none)", d.Defined, d.ID)
 			}
-			got, _ := json.Marshal(d.Result)
-			want, _ := json.Marshal(tt.want)
-			if string(got) != string(want) {
-				t.Errorf("result = %s\nwant     %s", got, want)
-			}
-			var reviewed []string
-			for _, s := range rev.specs {
-				reviewed = append(reviewed, s.ResourceAttributes.Namespace)
-			}
-			slices.Sort(reviewed)
-			if !slices.Equal(reviewed, tt.wantReviews) {
-				t.Errorf("reviewed namespaces %q, want %q", reviewed, tt.wantReviews)
-			}
+			checkResult(t, d.Result, tt.want)
+			checkReviewedNamespaces(t, rev.specs, tt.wantReviews)
 		})
 	}
 }
@@ -408,20 +397,9 @@ func TestOpenShiftSelectorsIntersectNamespaces(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, _ := json.Marshal(d.Result)
-				want, _ := json.Marshal(tt.want)
-				if string(got) != string(want) {
-					t.Errorf("result = %s\nwant     %s", got, want)
-				}
+				checkResult(t, d.Result, tt.want)
 			}
-			var reviewed []string
-			for _, s := range rev.specs {
-				reviewed = append(reviewed, s.ResourceAttributes.Namespace)
-			}
-			slices.Sort(reviewed)
-			if !slices.Equal(reviewed, tt.wantReviews) {
-				t.Errorf("reviewed namespaces %q, want %q", reviewed, tt.wantReviews)
-			}
+			checkReviewedNamespaces(t, rev.specs, tt.wantReviews)
 		})
 	}
 }
@@ -434,5 +412,28 @@ func TestOpenShiftPathKeepsPodDecisions(t *testing.T) {
 	d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(podInput("create", "team-a", "runner", "")))
 	if err != nil || d.Result.(map[string]any)["allowed"] != true {
 		t.Fatalf("pod decision on the opa-openshift path = %v, %v", d.Result, err)
+	}
+}
+
+// checkResult compares a decision's result with want as JSON.
+func checkResult(t *testing.T, result, want any) {
+	t.Helper()
+	got, _ := json.Marshal(result)
+	wantJSON, _ := json.Marshal(want)
+	if string(got) != string(wantJSON) {
+		t.Errorf("result = %s\nwant     %s", got, wantJSON)
+	}
+}
+
+// checkReviewedNamespaces compares the namespaces of the reviews sent, in any order.
+func checkReviewedNamespaces(t *testing.T, specs []authorizationv1.SubjectAccessReviewSpec, want []string) {
+	t.Helper()
+	var reviewed []string
+	for _, s := range specs {
+		reviewed = append(reviewed, s.ResourceAttributes.Namespace)
+	}
+	slices.Sort(reviewed)
+	if !slices.Equal(reviewed, want) {
+		t.Errorf("reviewed namespaces %q, want %q", reviewed, want)
 	}
 }
