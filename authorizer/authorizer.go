@@ -130,6 +130,18 @@ func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.Ra
 	if a.openshift.serves(path, rawInput) {
 		return a.decideOpenShift(ctx, rawInput)
 	}
+	return a.decidePod(ctx, path, rawInput, nil)
+}
+
+// DecideAs answers like Decide for a subject a trusted caller has already authenticated
+// (the API server's userInfo in an AdmissionReview): rawInput is a pod decision's input
+// without input.user, and subject replaces the pod's service account.
+func (a *Authorizer) DecideAs(ctx context.Context, path []string, rawInput json.RawMessage, subject Subject) (Decision, error) {
+	return a.decidePod(ctx, path, rawInput, &subject)
+}
+
+// decidePod decides a pod request; trusted, when set, is the subject to review.
+func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json.RawMessage, trusted *Subject) (Decision, error) {
 	start := time.Now()
 	d := Decision{ID: uuid.NewString()}
 	logFields := append([]any{"decision_id", d.ID, "path", strings.Join(path, "/")}, logFieldsFrom(ctx)...)
@@ -149,7 +161,14 @@ func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.Ra
 	}
 
 	subject := ServiceAccountSubject(pod)
-	if req.User != nil {
+	switch {
+	case trusted != nil && req.User != nil:
+		return d, NewInputError("input.user cannot be given with a subject from the caller")
+	case trusted != nil:
+		if subject, err = inputUser(*trusted).subject(); err != nil {
+			return d, NewInputError(err.Error())
+		}
+	case req.User != nil:
 		if subject, err = req.User.subject(); err != nil {
 			return d, NewInputError(err.Error())
 		}
