@@ -29,7 +29,7 @@ GO_BUILD    := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 export SAR_BRIDGE_CACHE := $(CACHE_DIR)
 
 .PHONY: all build test unit e2e lint controlplane deps bench run fuzz rego-test clean help \
-        binaries image image-test FORCE helm chart-test
+        binaries image image-test FORCE helm chart-test opa bench-deps bench-http
 
 all: build
 
@@ -97,6 +97,16 @@ lint: ## gofmt and go vet, in both modules.
 
 bench: deps ## Benchmarks of the decision path, the policy and the cache tiers, as ratios to same-run baselines.
 	hack/bench.sh
+
+bench-deps: ## Install what bench-http needs (wrk), when missing.
+	@hack/deps.sh bench
+
+opa: ## Build the OPA server (the version go.mod pins) into $(CACHE_DIR)/bin (once).
+	@hack/opa.sh >/dev/null
+
+# Not part of make test: it measures and prints, it asserts nothing about speed.
+bench-http: build bench-deps controlplane opa ## The binary, the OPA server and a bare Go floor under wrk: req/s, latency, CPU per request (ROUNDS, DURATION).
+	hack/bench-http.sh
 
 run: build deps controlplane ## A local control plane, example RBAC and the bridge on loopback; Ctrl-C stops it all.
 	cd test && $(GO) build -o $(CURDIR)/bin/local-cluster ./cmd/local-cluster

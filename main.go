@@ -99,6 +99,7 @@ type config struct {
 	callerCacheFailure time.Duration
 
 	interlink interlinkConfig // --interlink.*: the plugin relay (main_interlink.go)
+	admission admissionConfig // --admission.*: the admission webhooks (main_admission.go)
 
 	notFoundTTL time.Duration // --informer.not-found-ttl (main_openshift.go)
 
@@ -184,6 +185,7 @@ Flags:
 	fs.DurationVar(&cfg.tlsReloadInterval, "tls.reload-interval", 10*time.Second, "How often certificate files are checked for changes.")
 	fs.BoolVar(&cfg.showVersion, "version", false, "Print the version, commit and Go version, then exit.")
 	cfg.interlink.addFlags(fs)
+	cfg.admission.addFlags(fs)
 	cfg.addOpenShiftFlags(fs)
 	for name, why := range unsupportedFlags {
 		fs.String(name, "", "Not supported: "+why+".")
@@ -213,6 +215,9 @@ Flags:
 		return cfg, err
 	}
 	if err := cfg.interlink.validate(); err != nil {
+		return cfg, err
+	}
+	if err := cfg.admission.validate(); err != nil {
 		return cfg, err
 	}
 	if err := cfg.checkOpenShiftFlags(); err != nil {
@@ -502,6 +507,10 @@ func run(cfg config, logger log.Logger) error {
 	if err != nil {
 		return err
 	}
+	webhooks, err := admissionHandler(cfg, authz, view, client, publicTLS != nil, authenticate, registry, logger)
+	if err != nil {
+		return fmt.Errorf("admission webhooks: %w", err)
+	}
 
 	var shuttingDown atomic.Bool
 	ready := func(ctx context.Context) error {
@@ -517,6 +526,7 @@ func run(cfg config, logger log.Logger) error {
 		Addr: cfg.webListen,
 		Handler: server.NewPublic(authz, server.Options{
 			MaxBodyBytes: cfg.maxBodyBytes, RequestTimeout: cfg.requestTimeout, Logger: logger, Registerer: registry, Authenticate: authenticate,
+			Admission: webhooks,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,

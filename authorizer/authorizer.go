@@ -4,26 +4,27 @@
 package authorizer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/google/uuid"
+	"github.com/open-policy-agent/opa/v1/ast"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	k8sjson "sigs.k8s.io/json"
 
 	k8sauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
+	"github.com/sar-bridge/sar-bridge/policies"
 )
 
 // ClusterView reads the cluster objects a decision depends on; kube.ClusterView is the
@@ -36,7 +37,7 @@ type ClusterView interface {
 
 // Evaluator evaluates a policy document; policies.Evaluator is the real one.
 type Evaluator interface {
-	Eval(ctx context.Context, path []string, input map[string]any) (result any, defined bool, err error)
+	EvalValue(ctx context.Context, path []string, input ast.Value, memo policies.Memo) (policies.Result, error)
 }
 
 // InputError is a request the pipeline cannot decide on: the caller must fix it (400).
@@ -88,6 +89,7 @@ type Authorizer struct {
 	metrics   *Metrics
 	logger    log.Logger
 	openshift *openshiftMode // nil: opa-openshift requests are not served
+	objects   objectValues   // namespaces and nodes as input values, by version
 	// impersonation answers whether a caller may impersonate the identity it sends in
 	// input.user; nil refuses every input.user.
 	impersonation k8sauthorizer.Authorizer
@@ -104,7 +106,7 @@ func New(cfg Config, reviewer *CachingReviewer, view ClusterView, evaluator Eval
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	return &Authorizer{cfg: cfg, reviewer: reviewer, view: view, evaluator: evaluator, metrics: metrics, logger: logger}
+	return &Authorizer{cfg: cfg, reviewer: reviewer, view: view, evaluator: evaluator, metrics: metrics, logger: logger, objects: newObjectValues()}
 }
 
 // Decision is the answer to one request.
@@ -113,16 +115,6 @@ type Decision struct {
 	// Result is the policy document's value; meaningful only when Defined.
 	Result  any
 	Defined bool
-}
-
-// podRequest is the typed view of a pod decision's input.
-type podRequest struct {
-	Operation string          `json:"operation"`
-	Pod       json.RawMessage `json:"pod"`
-	User      *inputUser      `json:"user"`
-	Node      *struct {
-		Name string `json:"name"`
-	} `json:"node"`
 }
 
 // Decide answers the policy document at path for a pod decision's raw input.
@@ -151,7 +143,7 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 		a.metrics.decisionDuration.Observe(time.Since(start).Seconds())
 	}()
 
-	input, req, pod, err := decodePodInput(rawInput)
+	req, err := decodePodInput(rawInput)
 	if err != nil {
 		level.Info(a.logger).Log(append(logFields, "msg", "rejected request", "err", err)...)
 		return d, err
@@ -159,82 +151,132 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 	if err := a.waitForSync(ctx); err != nil {
 		return d, err
 	}
-
-	subject := ServiceAccountSubject(pod)
-	switch {
-	case trusted != nil && req.User != nil:
-		return d, NewInputError("input.user cannot be given with a subject from the caller")
-	case trusted != nil:
-		if subject, err = inputUser(*trusted).subject(); err != nil {
-			return d, NewInputError(err.Error())
-		}
-	case req.User != nil:
-		if subject, err = req.User.subject(); err != nil {
-			return d, NewInputError(err.Error())
-		}
-		if err := a.vouch(ctx, subject); err != nil {
-			level.Info(a.logger).Log(append(logFields, "client", callerName(ctx), "msg", "rejected input.user", "err", err)...)
-			return d, err
-		}
+	subject, err := a.subjectOf(ctx, req, trusted)
+	if err != nil {
+		level.Info(a.logger).Log(append(logFields, "client", callerName(ctx), "msg", "rejected input.user", "err", err)...)
+		return d, err
 	}
-	operation := req.Operation
-	if operation == "" {
-		operation = "create"
+	pod := req.Pod
+	if req.Operation == "" {
+		req.Operation = "create"
 	}
-	nodeName := pod.Spec.NodeName
-	if req.Node != nil && req.Node.Name != "" {
-		nodeName = req.Node.Name
+	if req.NodeName == "" {
+		req.NodeName = pod.Spec.NodeName
 	}
-	logFields = append(logFields, "client", callerName(ctx), "subject", subject.Username, "namespace", pod.Namespace, "pod", pod.Name, "operation", operation)
+	logFields = append(logFields, "client", callerName(ctx), "subject", subject.Username, "namespace", pod.Namespace, "pod", pod.Name, "operation", req.Operation)
 
-	ns, err := a.view.Namespace(ctx, pod.Namespace)
-	var summary reviewSummary
-	var tenant, group string
-	var cacheHit bool
-	switch {
-	case errors.Is(err, kube.ErrNamespaceNotFound):
-		tenant = pod.Namespace
-		summary = reviewSummary{Reason: fmt.Sprintf("namespace %q does not exist in the cluster", pod.Namespace)}
-	case err != nil:
-		level.Error(a.logger).Log(append(logFields, "msg", "namespace lookup failed", "err", err)...)
-		return d, NewUnavailableError(err)
-	default:
-		tenant = mapping.Tenant(ns.Name, ns.Labels, a.cfg.TenantLabel)
-		var mapped bool
-		group, mapped = a.cfg.Mappings.Group(tenant)
-		if !mapped {
-			// No review: without a group there is nothing RBAC could grant.
-			summary = reviewSummary{Reason: fmt.Sprintf("tenant %q (namespace %q) has no API group mapping: add --openshift.mappings %s=<group> or a %q fallback", tenant, pod.Namespace, tenant, mapping.Fallback)}
-			break
-		}
-		specs := reviewSpecs(subject, operation, group, pod, nodeName, a.cfg.NodeAccess)
-		summary, cacheHit, err = a.review(ctx, specs)
-		if err != nil {
-			level.Error(a.logger).Log(append(logFields, "tenant", tenant, "msg", "subject access review failed", "err", err)...)
-			return d, NewUnavailableError(fmt.Errorf("subject access review failed: %w", err))
-		}
+	t, err := a.reviewTenant(ctx, req, subject)
+	if err != nil {
+		level.Error(a.logger).Log(append(logFields, "tenant", t.tenant, "msg", t.failure, "err", err)...)
+		return d, err
 	}
-	logFields = append(logFields, "tenant", tenant)
+	logFields = append(logFields, "tenant", t.tenant)
 
-	input["operation"] = operation
-	input["subject"] = subject
-	input["tenant"] = tenant
-	input["tenant_label"] = a.cfg.TenantLabel
-	input["group"] = nilIfEmpty(group)
-	input["namespace"] = namespaceInput(pod.Namespace, ns)
-	input["node"] = a.nodeInput(nodeName)
-	input["review"] = summary.input()
+	node, _ := a.view.Node(req.NodeName)
+	in := req.input
+	in.Insert(ast.StringTerm("operation"), ast.StringTerm(req.Operation))
+	in.Insert(ast.StringTerm("subject"), ast.NewTerm(subjectValue(subject)))
+	in.Insert(ast.StringTerm("tenant"), ast.StringTerm(t.tenant))
+	in.Insert(ast.StringTerm("tenant_label"), ast.StringTerm(a.cfg.TenantLabel))
+	in.Insert(ast.StringTerm("group"), stringOrNull(t.group))
+	var nsValue, nodeVal ast.Value
+	if t.ns != nil {
+		nsValue = a.objects.get("namespace", t.ns, func() ast.Value { return namespaceValue(pod.Namespace, t.ns) })
+	} else {
+		nsValue = namespaceValue(pod.Namespace, nil)
+	}
+	if node != nil {
+		nodeVal = a.objects.get("node", node, func() ast.Value { return nodeValue(req.NodeName, node) })
+	} else {
+		nodeVal = nodeValue(req.NodeName, nil)
+	}
+	in.Insert(ast.StringTerm("namespace"), ast.NewTerm(nsValue))
+	in.Insert(ast.StringTerm("node"), ast.NewTerm(nodeVal))
+	in.Insert(ast.StringTerm("review"), ast.NewTerm(t.summary.value()))
 
-	d.Result, d.Defined, err = a.evaluator.Eval(ctx, path, input)
+	var memo policies.Memo
+	if t.memoTTL > 0 {
+		memo = policies.Memo{Salt: memoSalt(t.summary, t.ns, node, t.tenant, t.group), Expires: start.Add(t.memoTTL)}
+	}
+	res, err := a.evaluator.EvalValue(ctx, path, in, memo)
 	if err != nil {
 		level.Error(a.logger).Log(append(logFields, "msg", "policy evaluation failed", "err", err)...)
 		return d, fmt.Errorf("evaluating policy: %w", err)
 	}
+	if memo.Salt != nil {
+		a.metrics.memo.WithLabelValues(string(res.Memo)).Inc()
+	}
+	d.Result, d.Defined = res.Value, res.Defined
 	allowed, reason := summarize(d.Result, d.Defined)
 	outcome = allowed
 	level.Info(a.logger).Log(append(logFields, "msg", "decision", "outcome", allowed, "reason", reason,
-		"cache_hit", cacheHit, "duration", time.Since(start))...)
+		"cache_hit", strconv.FormatBool(t.cacheHit), "memo", string(res.Memo), "duration", time.Since(start).String())...)
 	return d, nil
+}
+
+// subjectOf is the identity a decision reviews: the pod's service account, the trusted
+// caller's subject, or input.user when the caller may impersonate it.
+func (a *Authorizer) subjectOf(ctx context.Context, req podRequest, trusted *Subject) (Subject, error) {
+	switch {
+	case trusted != nil && req.User != nil:
+		return Subject{}, NewInputError("input.user cannot be given with a subject from the caller")
+	case trusted != nil:
+		s, err := inputUser(*trusted).subject()
+		if err != nil {
+			return Subject{}, NewInputError(err.Error())
+		}
+		return s, nil
+	case req.User != nil:
+		s, err := req.User.subject()
+		if err != nil {
+			return Subject{}, NewInputError(err.Error())
+		}
+		if err := a.vouch(ctx, s); err != nil {
+			return Subject{}, err
+		}
+		return s, nil
+	}
+	return ServiceAccountSubject(req.Pod), nil
+}
+
+// tenantReview is what a decision learnt about the pod's tenant and its rights.
+type tenantReview struct {
+	ns            *corev1.Namespace // nil when the namespace does not exist
+	tenant, group string
+	summary       reviewSummary
+	cacheHit      bool
+	// memoTTL is how long the review outcome may be reused (0: not at all); a
+	// memoised result keyed on it lives no longer.
+	memoTTL time.Duration
+	failure string // the log message of an error
+}
+
+// reviewTenant resolves the pod's tenant and API group and runs the reviews. A
+// namespace that does not exist or a tenant without a mapping is an outcome the
+// policy sees (review not allowed), not an error.
+func (a *Authorizer) reviewTenant(ctx context.Context, req podRequest, subject Subject) (tenantReview, error) {
+	pod := req.Pod
+	ns, err := a.view.Namespace(ctx, pod.Namespace)
+	switch {
+	case errors.Is(err, kube.ErrNamespaceNotFound):
+		return tenantReview{tenant: pod.Namespace,
+			summary: reviewSummary{Reason: fmt.Sprintf("namespace %q does not exist in the cluster", pod.Namespace)}}, nil
+	case err != nil:
+		return tenantReview{failure: "namespace lookup failed"}, NewUnavailableError(err)
+	}
+	t := tenantReview{ns: ns, tenant: mapping.Tenant(ns.Name, ns.Labels, a.cfg.TenantLabel)}
+	var mapped bool
+	if t.group, mapped = a.cfg.Mappings.Group(t.tenant); !mapped {
+		// No review: without a group there is nothing RBAC could grant.
+		t.summary = reviewSummary{Reason: fmt.Sprintf("tenant %q (namespace %q) has no API group mapping: add --openshift.mappings %s=<group> or a %q fallback", t.tenant, pod.Namespace, t.tenant, mapping.Fallback)}
+		return t, nil
+	}
+	specs := reviewSpecs(subject, req.Operation, t.group, pod, req.NodeName, a.cfg.NodeAccess)
+	if t.summary, t.cacheHit, t.memoTTL, err = a.review(ctx, specs); err != nil {
+		t.failure = "subject access review failed"
+		return t, NewUnavailableError(fmt.Errorf("subject access review failed: %w", err))
+	}
+	return t, nil
 }
 
 // maxSyncWait bounds how long a decision waits for the first list of the cluster.
@@ -254,56 +296,6 @@ func (a *Authorizer) waitForSync(ctx context.Context) error {
 	})
 	if err != nil {
 		return NewUnavailableError(errors.New("cluster view not synced yet: the Kubernetes API has not been listed"))
-	}
-	return nil
-}
-
-// decodePodInput checks a pod decision's input and returns it both as the generic object
-// the policy sees and in typed form. Both readings must agree on every field, so the
-// typed decoding is case-sensitive (as Kubernetes' own) and refuses duplicate keys, and
-// a pod may hold no field the Pod type lacks: "Spec", "Operator" or "ſperator" would
-// otherwise mean one thing to a Go client (encoding/json folds case) and nothing to the
-// policy. A pod with a field newer than this build is refused too, never judged blind.
-func decodePodInput(raw json.RawMessage) (map[string]any, podRequest, *corev1.Pod, error) {
-	var req podRequest
-	if err := strictUnmarshal(raw, &req, k8sjson.DisallowDuplicateFields); err != nil {
-		return nil, req, nil, inputErrorf("input: %v", err)
-	}
-	if _, ok := operationVerbs[req.Operation]; !ok && req.Operation != "" {
-		return nil, req, nil, inputErrorf("input.operation %q is not one of create, delete, status", req.Operation)
-	}
-	if p := bytes.TrimSpace(req.Pod); len(p) == 0 || p[0] != '{' {
-		return nil, req, nil, inputErrorf("input.pod is required and must be a JSON object")
-	}
-	pod := &corev1.Pod{}
-	if err := strictUnmarshal(req.Pod, pod, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields); err != nil {
-		return nil, req, nil, inputErrorf("input.pod is not a valid Pod: %v", err)
-	}
-	if pod.Namespace == "" {
-		return nil, req, nil, inputErrorf("input.pod.metadata.namespace is required")
-	}
-	if pod.Name == "" && req.Operation != "" && req.Operation != "create" {
-		return nil, req, nil, inputErrorf("input.pod.metadata.name is required for %s", req.Operation)
-	}
-	// The policy sees the input as sent, numbers kept exact.
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var input map[string]any
-	if err := dec.Decode(&input); err != nil {
-		return nil, req, nil, inputErrorf("input: %v", err)
-	}
-	return input, req, pod, nil
-}
-
-// strictUnmarshal decodes with exact (case-sensitive) field names, and with the given
-// strictness.
-func strictUnmarshal(data []byte, v any, strict ...k8sjson.StrictOption) error {
-	strictErrs, err := k8sjson.UnmarshalStrict(data, v, strict...)
-	if err != nil {
-		return err
-	}
-	if len(strictErrs) > 0 {
-		return errors.Join(strictErrs...)
 	}
 	return nil
 }
@@ -350,40 +342,34 @@ type reviewSummary struct {
 	Attributes []*authorizationv1.ResourceAttributes
 }
 
-func (s reviewSummary) input() map[string]any {
-	attrs := make([]any, 0, len(s.Attributes))
-	for _, a := range s.Attributes {
-		attrs = append(attrs, map[string]any{
-			"namespace": a.Namespace, "verb": a.Verb, "group": a.Group, "resource": a.Resource, "name": a.Name,
-		})
-	}
-	return map[string]any{"allowed": s.Allowed, "denied": s.Denied, "reason": s.Reason, "attributes": attrs}
-}
-
 // review runs the reviews in order and stops at the first that does not allow: every
-// one must allow. hit is true when the cache answered all of them.
-func (a *Authorizer) review(ctx context.Context, specs []authorizationv1.SubjectAccessReviewSpec) (reviewSummary, bool, error) {
-	summary := reviewSummary{Allowed: true}
-	hit := true
+// one must allow. hit is true when the cache answered all of them; ttl is the shortest
+// time the cache keeps any of their outcomes.
+func (a *Authorizer) review(ctx context.Context, specs []authorizationv1.SubjectAccessReviewSpec) (summary reviewSummary, hit bool, ttl time.Duration, err error) {
+	summary = reviewSummary{Allowed: true}
+	hit = true
 	var reasons []string
-	for _, spec := range specs {
+	for i, spec := range specs {
 		summary.Attributes = append(summary.Attributes, spec.ResourceAttributes)
 		if spec.ResourceAttributes.Resource == "nodes" && spec.ResourceAttributes.Name == "" {
 			return reviewSummary{Attributes: summary.Attributes,
-				Reason: "node access review needs a target node: set input.node.name or pod.spec.nodeName"}, hit, nil
+				Reason: "node access review needs a target node: set input.node.name or pod.spec.nodeName"}, hit, 0, nil
 		}
 		r, cached, err := a.reviewer.Review(ctx, spec)
 		if err != nil {
-			return reviewSummary{}, false, err
+			return reviewSummary{}, false, 0, err
 		}
 		hit = hit && cached
+		if t := a.reviewer.ttl(r); i == 0 || t < ttl {
+			ttl = t
+		}
 		if !r.Allowed {
-			return reviewSummary{Denied: r.Denied, Reason: denialReason(spec, r), Attributes: summary.Attributes}, hit, nil
+			return reviewSummary{Denied: r.Denied, Reason: denialReason(spec, r), Attributes: summary.Attributes}, hit, ttl, nil
 		}
 		reasons = append(reasons, r.Reason)
 	}
 	summary.Reason = strings.Join(reasons, "; ")
-	return summary, hit, nil
+	return summary, hit, ttl, nil
 }
 
 // denialReason says who may not do what where, so a person knows which binding is
@@ -405,33 +391,6 @@ func denialReason(spec authorizationv1.SubjectAccessReviewSpec, r ReviewResult) 
 		msg += " (evaluation error: " + r.EvaluationError + ")"
 	}
 	return msg
-}
-
-func namespaceInput(name string, ns *corev1.Namespace) map[string]any {
-	if ns == nil {
-		return map[string]any{"name": name, "labels": map[string]string{}, "annotations": map[string]string{}}
-	}
-	return map[string]any{"name": ns.Name, "labels": orEmpty(ns.Labels), "annotations": orEmpty(ns.Annotations)}
-}
-
-// nodeInput describes the target node as the cluster knows it, whatever the caller said.
-func (a *Authorizer) nodeInput(name string) any {
-	if name == "" {
-		return nil
-	}
-	node, found := a.view.Node(name)
-	if !found {
-		return map[string]any{"name": name, "found": false, "labels": map[string]string{}, "taints": []any{}, "allocatable": map[string]string{}}
-	}
-	taints := make([]any, 0, len(node.Spec.Taints))
-	for _, t := range node.Spec.Taints {
-		taints = append(taints, map[string]any{"key": t.Key, "value": t.Value, "effect": string(t.Effect)})
-	}
-	allocatable := make(map[string]string, len(node.Status.Allocatable))
-	for k, q := range node.Status.Allocatable {
-		allocatable[string(k)] = q.String()
-	}
-	return map[string]any{"name": node.Name, "found": true, "labels": orEmpty(node.Labels), "taints": taints, "allocatable": allocatable}
 }
 
 // summarize reads the outcome and reason of a result for the decision log.
@@ -457,18 +416,4 @@ func allowedWord(allowed bool) string {
 		return "allowed"
 	}
 	return "denied"
-}
-
-func orEmpty(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
-}
-
-func nilIfEmpty(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
 }

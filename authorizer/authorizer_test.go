@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/user"
 	k8sauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -52,7 +53,8 @@ func (v *fakeView) Node(name string) (*corev1.Node, bool) {
 
 func newView() *fakeView {
 	ns := func(name string, labels map[string]string) *corev1.Namespace {
-		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+		// UID and resourceVersion as an informer's objects have them.
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, UID: types.UID("uid-" + name), ResourceVersion: "1"}}
 	}
 	return &fakeView{
 		namespaces: map[string]*corev1.Namespace{
@@ -61,7 +63,7 @@ func newView() *fakeView {
 			"orphan":   ns("orphan", nil),
 		},
 		nodes: map[string]*corev1.Node{
-			"vk-a": {ObjectMeta: metav1.ObjectMeta{Name: "vk-a", Labels: map[string]string{"interlink.io/tenant": "team-a"}},
+			"vk-a": {ObjectMeta: metav1.ObjectMeta{Name: "vk-a", Labels: map[string]string{"interlink.io/tenant": "team-a"}, UID: "uid-vk-a", ResourceVersion: "1"},
 				Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}}},
 			"vk-b": {ObjectMeta: metav1.ObjectMeta{Name: "vk-b", Labels: map[string]string{"interlink.io/tenant": "tenant-b"}}},
 		},

@@ -3,31 +3,49 @@ package authorizer
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 )
 
-// BenchmarkDecide measures one pod decision end to end in process, with the review
-// answered by the cache (the steady state), and with a cold cache for comparison.
+// BenchmarkDecide measures one pod decision end to end in process: with the review
+// answered by the cache and every pod spec distinct (so the decision memo never hits),
+// with the pods of an array job (memo hits), and with every review asked of the (fake)
+// API for comparison.
 func BenchmarkDecide(b *testing.B) {
-	input := json.RawMessage(podInput("create", "team-a", "runner", `, "node": {"name": "vk-a"}`))
+	// More distinct specs than the memo holds, cycled: every evaluation is a miss.
+	distinct := make([]json.RawMessage, 8192)
+	for i := range distinct {
+		distinct[i] = json.RawMessage(fmt.Sprintf(`{"pod": {"metadata": {"name": "p%d", "namespace": "team-a"},
+			"spec": {"serviceAccountName": "runner", "nodeName": "vk-a", "containers": [{"name": "main", "resources": {"limits": {"cpu": "%dm"}}}]}}}`, i, 1+i))
+	}
+	arrayJob := make([]json.RawMessage, 1000)
+	for i := range arrayJob {
+		arrayJob[i] = json.RawMessage(arrayJobPod(i, "1"))
+	}
 	for _, bc := range []struct {
-		name string
-		size int
-	}{{"cache-hit", 100}, {"review-each-time", 1}} {
+		name           string
+		inputs         []json.RawMessage
+		reviewEachTime bool
+	}{
+		{"cache-hit", distinct, false},
+		{"array-job", arrayJob, false},
+		{"review-each-time", distinct, true},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			rev := &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}
 			t := &testing.T{}
 			a := newTestAuthorizer(t, Config{}, rev, newView())
-			if bc.size == 1 {
+			if bc.reviewEachTime {
 				a.reviewer.allowedTTL = 0 // every decision asks the (fake) API
 			}
 			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				d, err := a.Decide(context.Background(), decisionPath, input)
+			i := 0
+			for b.Loop() {
+				d, err := a.Decide(context.Background(), decisionPath, bc.inputs[i%len(bc.inputs)])
 				if err != nil || d.Result.(map[string]any)["allowed"] != true {
 					b.Fatalf("decision %v %v", d.Result, err)
 				}
+				i++
 			}
 		})
 	}

@@ -304,9 +304,17 @@ func policyVisibleShape(raw []byte) error {
 	return nil
 }
 
-// canonicalInput re-encodes the request from its Go form.
+// canonicalInput re-encodes the request from its Go form, as encoding/json (which
+// folds case) reads it.
 func canonicalInput(raw []byte) (json.RawMessage, error) {
-	var req podRequest
+	var req struct {
+		Operation string          `json:"operation"`
+		Pod       json.RawMessage `json:"pod"`
+		User      *inputUser      `json:"user"`
+		Node      *struct {
+			Name string `json:"name"`
+		} `json:"node"`
+	}
 	if err := json.Unmarshal(raw, &req); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ type Metrics struct {
 	cacheErrors      *prometheus.CounterVec
 	decisions        *prometheus.CounterVec
 	decisionDuration prometheus.Histogram
+	memo             *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg when it is not nil.
@@ -41,9 +42,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time to reach a decision: identity, reviews and policy.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 17),
 		}),
+		memo: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sar_bridge_decision_memo_total",
+			Help: "Policy evaluations of reviewed decisions, by use of the decision memo: hit (answered from it), miss (evaluated and kept), off (the document reads more than bounded parts of input and data, e.g. a nondeterministic built-in, so it is evaluated every time).",
+		}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.reviews, m.reviewDuration, m.cacheRequests, m.cacheErrors, m.decisions, m.decisionDuration)
+		reg.MustRegister(m.reviews, m.reviewDuration, m.cacheRequests, m.cacheErrors, m.decisions, m.decisionDuration, m.memo)
 	}
 	return m
 }

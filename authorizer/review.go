@@ -3,9 +3,11 @@ package authorizer
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -36,25 +38,82 @@ type ReviewResult struct {
 
 // cacheKeyVersion changes whenever the key derivation or the value encoding does, so
 // replicas of different versions sharing one cache never read each other's entries.
-const cacheKeyVersion = "sarb1"
+const cacheKeyVersion = "sarb2"
 
 // ReviewKey is a fixed-length key for a review spec: the hash of its canonical form, in
-// which group and extra order do not matter and every attribute does.
+// which group and extra order do not matter and every attribute does. Fields are hashed
+// as they are, length-prefixed, with no intermediate encoding: this runs per decision.
 func ReviewKey(spec authorizationv1.SubjectAccessReviewSpec) (string, error) {
-	canonical := spec.DeepCopy()
-	sort.Strings(canonical.Groups)
-	for k := range canonical.Extra {
-		values := append([]string(nil), canonical.Extra[k]...)
-		sort.Strings(values)
-		canonical.Extra[k] = values
+	var k keyEncoder
+	k.str(spec.User)
+	k.str(spec.UID)
+	k.sortedStrs(spec.Groups)
+	extraKeys := make([]string, 0, len(spec.Extra))
+	for key := range spec.Extra {
+		extraKeys = append(extraKeys, key)
 	}
-	// encoding/json writes map keys sorted and struct fields in order: a stable form.
-	b, err := json.Marshal(canonical)
-	if err != nil {
-		return "", fmt.Errorf("encoding review spec for the cache key: %w", err)
+	sort.Strings(extraKeys)
+	k.count(len(extraKeys))
+	for _, key := range extraKeys {
+		k.str(key)
+		k.sortedStrs(spec.Extra[key])
 	}
-	sum := sha256.Sum256(b)
+	if err := k.resourceAttributes(spec.ResourceAttributes); err != nil {
+		return "", err
+	}
+	if n := spec.NonResourceAttributes; n != nil {
+		k.count(1)
+		k.str(n.Path)
+		k.str(n.Verb)
+	} else {
+		k.count(0)
+	}
+	sum := sha256.Sum256(k.b)
 	return cacheKeyVersion + "-" + hex.EncodeToString(sum[:]), nil
+}
+
+// keyEncoder appends length-prefixed fields, so no two different specs encode alike.
+type keyEncoder struct{ b []byte }
+
+func (k *keyEncoder) count(n int) { k.b = binary.AppendUvarint(k.b, uint64(n)) }
+
+func (k *keyEncoder) str(s string) {
+	k.count(len(s))
+	k.b = append(k.b, s...)
+}
+
+func (k *keyEncoder) sortedStrs(v []string) {
+	if !slices.IsSorted(v) {
+		v = slices.Sorted(slices.Values(v))
+	}
+	k.count(len(v))
+	for _, s := range v {
+		k.str(s)
+	}
+}
+
+func (k *keyEncoder) resourceAttributes(a *authorizationv1.ResourceAttributes) error {
+	if a == nil {
+		k.count(0)
+		return nil
+	}
+	k.count(1)
+	for _, s := range []string{a.Namespace, a.Verb, a.Group, a.Version, a.Resource, a.Subresource, a.Name} {
+		k.str(s)
+	}
+	// Selectors are never set by the bridge's own reviews; when a caller's are, their
+	// structure is hashed through its JSON form.
+	if a.FieldSelector == nil && a.LabelSelector == nil {
+		k.count(0)
+		return nil
+	}
+	k.count(1)
+	b, err := json.Marshal([]any{a.FieldSelector, a.LabelSelector})
+	if err != nil {
+		return fmt.Errorf("encoding review selectors for the cache key: %w", err)
+	}
+	k.str(string(b))
+	return nil
 }
 
 // cachedReview is the versioned encoding of a ReviewResult in the cache.
@@ -107,6 +166,17 @@ type CachingReviewer struct {
 	inFlight   *semaphore.Weighted
 	metrics    *Metrics
 	logger     log.Logger
+}
+
+// ttl is how long the cache keeps r: 0 for an outcome it never keeps.
+func (c *CachingReviewer) ttl(r ReviewResult) time.Duration {
+	switch {
+	case r.Allowed:
+		return c.allowedTTL
+	case r.EvaluationError != "":
+		return 0
+	}
+	return c.deniedTTL
 }
 
 // minReviewTime is the least time left in which a review is still worth sending.

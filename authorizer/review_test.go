@@ -3,6 +3,8 @@ package authorizer
 import (
 	"context"
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,8 +35,8 @@ func TestReviewKey(t *testing.T) {
 		return k
 	}
 	baseKey := key(base)
-	if len(baseKey) > 250 || len(baseKey) != len("sarb1-")+64 {
-		t.Fatalf("key %q: want sarb1- and 64 hex characters", baseKey)
+	if len(baseKey) > 250 || len(baseKey) != len("sarb2-")+64 {
+		t.Fatalf("key %q: want sarb2- and 64 hex characters", baseKey)
 	}
 	with := func(mut func(*authorizationv1.SubjectAccessReviewSpec)) authorizationv1.SubjectAccessReviewSpec {
 		s := *base.DeepCopy()
@@ -60,6 +62,21 @@ func TestReviewKey(t *testing.T) {
 		{"extra", with(func(s *authorizationv1.SubjectAccessReviewSpec) {
 			s.Extra = map[string]authorizationv1.ExtraValue{"k": {"v"}}
 		}), false},
+		{"extra key and value split differently", with(func(s *authorizationv1.SubjectAccessReviewSpec) {
+			s.Extra = map[string]authorizationv1.ExtraValue{"kv": {""}}
+		}), false},
+		{"version", with(func(s *authorizationv1.SubjectAccessReviewSpec) { s.ResourceAttributes.Version = "v1" }), false},
+		{"subresource", with(func(s *authorizationv1.SubjectAccessReviewSpec) { s.ResourceAttributes.Subresource = "binding" }), false},
+		{"label selector", with(func(s *authorizationv1.SubjectAccessReviewSpec) {
+			s.ResourceAttributes.LabelSelector = &authorizationv1.LabelSelectorAttributes{RawSelector: "a=b"}
+		}), false},
+		{"field selector", with(func(s *authorizationv1.SubjectAccessReviewSpec) {
+			s.ResourceAttributes.FieldSelector = &authorizationv1.FieldSelectorAttributes{RawSelector: "a=b"}
+		}), false},
+		{"non-resource instead", with(func(s *authorizationv1.SubjectAccessReviewSpec) {
+			s.ResourceAttributes = nil
+			s.NonResourceAttributes = &authorizationv1.NonResourceAttributes{Path: "/healthz", Verb: "get"}
+		}), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,6 +96,27 @@ func TestReviewKey(t *testing.T) {
 			t.Error("ReviewKey modified its argument")
 		}
 	})
+}
+
+// TestReviewKeyCoversEveryField fails when k8s.io/api adds a field ReviewKey does not
+// hash: two specs differing only there would share a cached answer.
+func TestReviewKeyCoversEveryField(t *testing.T) {
+	for _, tt := range []struct {
+		typ  reflect.Type
+		want []string
+	}{
+		{reflect.TypeFor[authorizationv1.SubjectAccessReviewSpec](), []string{"ResourceAttributes", "NonResourceAttributes", "User", "Groups", "Extra", "UID"}},
+		{reflect.TypeFor[authorizationv1.ResourceAttributes](), []string{"Namespace", "Verb", "Group", "Version", "Resource", "Subresource", "Name", "FieldSelector", "LabelSelector"}},
+		{reflect.TypeFor[authorizationv1.NonResourceAttributes](), []string{"Path", "Verb"}},
+	} {
+		var got []string
+		for f := range tt.typ.Fields() {
+			got = append(got, f.Name)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s has fields %v; ReviewKey hashes %v", tt.typ, got, tt.want)
+		}
+	}
 }
 
 // fakeReviewer answers with a fixed status or error and counts calls.

@@ -210,18 +210,7 @@ func BenchmarkPolicy(b *testing.B) {
 // pre-rewrite one on the same inputs and data and requires identical
 // documents: decision, allow, deny and violations.
 func TestPolicyMatchesBaseline(t *testing.T) {
-	datas := map[string]string{
-		"none":  "",
-		"bench": benchData,
-		"e2e": `{"interlink": {"default_limits": {"cpu": "1", "memory": "1Gi"},
-		  "limits": {"system:serviceaccounts:team-a": {"cpu": "2", "memory": "4Gi"}},
-		  "protected_taints": [{"key": "hpc.example/gpu", "value": "a100", "allowed_users": [], "allowed_groups": ["system:serviceaccounts:team-a"]}]}}`,
-		"odd": `{"interlink": {"default_limits": {}, "limits": {"system:serviceaccounts:team-a": "4",
-		  "system:authenticated": {"cpu": "four", "memory": 1073741824}, "gpu-users": {"cpu": 8, "memory": ["1Gi"]}},
-		  "protected_taints": [1, {"key": 2}, {"key": ""}, {"key": "hpc.example/gpu"},
-		    {"key": "hpc.example/reserved", "value": "bigmem", "allowed_users": "alice", "allowed_groups": {"a": "gpu-users"}}]}}`,
-		"wrong-types": `{"interlink": {"limits": [1], "protected_taints": {"key": "x"}, "default_limits": "1"}}`,
-	}
+	datas := baselineDatas
 	inputs := baselineInputs(t)
 	for _, doc := range []string{"decision", "allow", "deny", "violations"} {
 		for dname, data := range datas {
@@ -238,6 +227,20 @@ func TestPolicyMatchesBaseline(t *testing.T) {
 			}
 		}
 	}
+}
+
+// baselineDatas are the data sets TestPolicyMatchesBaseline decides with.
+var baselineDatas = map[string]string{
+	"none":  "",
+	"bench": benchData,
+	"e2e": `{"interlink": {"default_limits": {"cpu": "1", "memory": "1Gi"},
+	  "limits": {"system:serviceaccounts:team-a": {"cpu": "2", "memory": "4Gi"}},
+	  "protected_taints": [{"key": "hpc.example/gpu", "value": "a100", "allowed_users": [], "allowed_groups": ["system:serviceaccounts:team-a"]}]}}`,
+	"odd": `{"interlink": {"default_limits": {}, "limits": {"system:serviceaccounts:team-a": "4",
+	  "system:authenticated": {"cpu": "four", "memory": 1073741824}, "gpu-users": {"cpu": 8, "memory": ["1Gi"]}},
+	  "protected_taints": [1, {"key": 2}, {"key": ""}, {"key": "hpc.example/gpu"},
+	    {"key": "hpc.example/reserved", "value": "bigmem", "allowed_users": "alice", "allowed_groups": {"a": "gpu-users"}}]}}`,
+	"wrong-types": `{"interlink": {"limits": [1], "protected_taints": {"key": "x"}, "default_limits": "1"}}`,
 }
 
 // baselineInputs is the bench input, hand-written edge cases and seeded

@@ -4,7 +4,6 @@ package policies
 
 import (
 	"bytes"
-	"container/list"
 	"context"
 	"embed"
 	"encoding/json"
@@ -17,12 +16,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"k8s.io/utils/lru"
 	"sigs.k8s.io/yaml"
 )
 
@@ -52,7 +51,8 @@ type Options struct {
 type Evaluator struct {
 	compiler *ast.Compiler
 	store    storage.Store
-	cache    *lru
+	prepared *lru.Cache // cacheKey(path) → *preparedQuery, nil when statically undefined
+	memo     *memo
 }
 
 // DefaultModules returns the embedded policy sources (tests excluded),
@@ -147,12 +147,18 @@ func (s snapshot) build() (*Evaluator, error) {
 			return nil, err
 		}
 	}
+	// Data is converted to Rego values once, here, rather than on every
+	// read of every evaluation (issue 19); so are the policy's data-only
+	// documents (precompute.go).
+	store := inmem.NewFromObjectWithOpts(data, inmem.OptReturnASTValuesOnRead(true))
+	if err := precompute(context.Background(), compiler, store); err != nil {
+		return nil, err
+	}
 	return &Evaluator{
 		compiler: compiler,
-		// Data is converted to Rego values once, here, rather than on every
-		// read of every evaluation (issue 19).
-		store: inmem.NewFromObjectWithOpts(data, inmem.OptReturnASTValuesOnRead(true)),
-		cache: newLRU(cacheSize),
+		store:    store,
+		prepared: lru.New(cacheSize),
+		memo:     newMemo(memoSize),
 	}, nil
 }
 
@@ -234,15 +240,20 @@ const resultVar = "result"
 // Eval evaluates data.<path...> with input, as OPA's Data API does.
 // defined is false when the document is undefined.
 func (e *Evaluator) Eval(ctx context.Context, path []string, input map[string]any) (any, bool, error) {
-	pq, err := e.prepare(ctx, path)
-	if err != nil || pq == nil {
+	p, err := e.prepare(ctx, path)
+	if err != nil || p == nil {
 		return nil, false, err
 	}
 	var evalOpts []rego.EvalOption
 	if input != nil {
 		evalOpts = append(evalOpts, rego.EvalInput(input))
 	}
-	rs, err := pq.Eval(ctx, evalOpts...)
+	return evalPrepared(ctx, path, p, evalOpts...)
+}
+
+// evalPrepared evaluates a prepared query and reads its result binding.
+func evalPrepared(ctx context.Context, path []string, p *preparedQuery, opts ...rego.EvalOption) (any, bool, error) {
+	rs, err := p.pq.Eval(ctx, opts...)
 	if err != nil {
 		return nil, false, fmt.Errorf("evaluating %s: %w", pathString(path), err)
 	}
@@ -256,9 +267,15 @@ func (e *Evaluator) Eval(ctx context.Context, path []string, input map[string]an
 	return v, true, nil
 }
 
+// preparedQuery is a query ready to evaluate and what of the input it can read.
+type preparedQuery struct {
+	pq        rego.PreparedEvalQuery
+	footprint footprint
+}
+
 // prepare returns the cached or newly prepared query for path; nil (without
 // error) means the path is statically undefined.
-func (e *Evaluator) prepare(ctx context.Context, path []string) (*rego.PreparedEvalQuery, error) {
+func (e *Evaluator) prepare(ctx context.Context, path []string) (*preparedQuery, error) {
 	if len(path) == 0 {
 		return nil, errors.New("policy path is empty")
 	}
@@ -272,8 +289,8 @@ func (e *Evaluator) prepare(ctx context.Context, path []string) (*rego.PreparedE
 		ref = append(ref, ast.StringTerm(seg))
 	}
 	key := cacheKey(path)
-	if pq, ok := e.cache.get(key); ok {
-		return pq, nil
+	if p, ok := e.prepared.Get(key); ok {
+		return p.(*preparedQuery), nil
 	}
 	query := ast.NewBody(ast.Equality.Expr(ast.VarTerm(resultVar), ast.NewTerm(ref)))
 	pq, err := rego.New(
@@ -285,14 +302,15 @@ func (e *Evaluator) prepare(ctx context.Context, path []string) (*rego.PreparedE
 		if staticallyUndefined(err) {
 			// Cached as nil: rules and data are fixed for the Evaluator's
 			// lifetime, so the path stays undefined.
-			e.cache.add(key, nil)
+			e.prepared.Add(key, (*preparedQuery)(nil))
 			return nil, nil
 		}
 		return nil, fmt.Errorf("preparing query for %s: %w", pathString(path), err)
 	}
 	// A concurrent miss may have prepared the same path; either copy works.
-	e.cache.add(key, &pq)
-	return &pq, nil
+	p := &preparedQuery{pq: pq, footprint: inputFootprint(e.compiler, ref)}
+	e.prepared.Add(key, p)
+	return p, nil
 }
 
 // staticallyUndefined reports whether preparation failed only because the
@@ -325,53 +343,4 @@ func cacheKey(path []string) string {
 
 func pathString(path []string) string {
 	return strconv.Quote(strings.Join(path, "/"))
-}
-
-// lru is a minimal mutex-guarded LRU of prepared queries.
-type lru struct {
-	mu    sync.Mutex
-	max   int
-	order *list.List // front = most recently used
-	items map[string]*list.Element
-}
-
-type lruEntry struct {
-	key string
-	pq  *rego.PreparedEvalQuery
-}
-
-func newLRU(max int) *lru {
-	return &lru{max: max, order: list.New(), items: make(map[string]*list.Element, max)}
-}
-
-func (c *lru) get(key string) (*rego.PreparedEvalQuery, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	el, ok := c.items[key]
-	if !ok {
-		return nil, false
-	}
-	c.order.MoveToFront(el)
-	return el.Value.(*lruEntry).pq, true
-}
-
-func (c *lru) add(key string, pq *rego.PreparedEvalQuery) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if el, ok := c.items[key]; ok {
-		c.order.MoveToFront(el)
-		return
-	}
-	c.items[key] = c.order.PushFront(&lruEntry{key: key, pq: pq})
-	for c.order.Len() > c.max {
-		last := c.order.Back()
-		c.order.Remove(last)
-		delete(c.items, last.Value.(*lruEntry).key)
-	}
-}
-
-func (c *lru) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
 }

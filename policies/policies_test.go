@@ -408,7 +408,7 @@ func TestCacheBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := e.cache.len(); n != cacheSize {
+	if n := e.prepared.Len(); n != cacheSize {
 		t.Errorf("cache holds %d entries, want %d", n, cacheSize)
 	}
 	// Paths that would collide if segments were naively joined stay distinct.

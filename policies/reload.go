@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-kit/log"
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sar-bridge/sar-bridge/hotreload"
@@ -194,4 +195,15 @@ func changedFiles(old, cur map[string][sha256.Size]byte) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// EvalValue evaluates with the current policy; see Evaluator.EvalValue. A reload
+// swaps in a new Evaluator and with it an empty memo.
+func (r *Reloader) EvalValue(ctx context.Context, path []string, input ast.Value, m Memo) (Result, error) {
+	return r.v.Current().ev.EvalValue(ctx, path, input, m)
+}
+
+// MemoStatus reports on the current policy; see Evaluator.MemoStatus.
+func (r *Reloader) MemoStatus(ctx context.Context, path []string) (bool, string, error) {
+	return r.v.Current().ev.MemoStatus(ctx, path)
 }

@@ -3,7 +3,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sar-bridge/sar-bridge/astjson"
 	"github.com/sar-bridge/sar-bridge/authorizer"
 )
 
@@ -54,6 +54,9 @@ type Options struct {
 	// Authenticate wraps the Data API (not /health) with caller authentication and
 	// authorization; nil serves every caller.
 	Authenticate func(http.Handler) http.Handler
+	// Admission serves /admission/* (the admission webhooks) as given: the caller wraps
+	// it with authentication. nil: not served (404).
+	Admission http.Handler
 }
 
 const dataPrefix = "/v1/data/"
@@ -85,6 +88,10 @@ func NewPublic(decider Decider, opts Options) http.Handler {
 	}
 	dataRoute := instrument("/v1/data", dataAPI)
 	healthRoute := instrument("/health", http.HandlerFunc(health))
+	var admissionRoute http.Handler
+	if opts.Admission != nil {
+		admissionRoute = instrument("/admission", opts.Admission)
+	}
 	notFound := instrument("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
 	}))
@@ -96,6 +103,8 @@ func NewPublic(decider Decider, opts Options) http.Handler {
 			dataRoute.ServeHTTP(w, r)
 		case p == "/health":
 			healthRoute.ServeHTTP(w, r)
+		case admissionRoute != nil && strings.HasPrefix(p, "/admission/"):
+			admissionRoute.ServeHTTP(w, r)
 		default:
 			notFound.ServeHTTP(w, r)
 		}
@@ -117,10 +126,6 @@ type dataHandler struct {
 	maxBody int64
 	timeout time.Duration
 	logger  log.Logger
-}
-
-type dataRequest struct {
-	Input json.RawMessage `json:"input"`
 }
 
 type dataResponse struct {
@@ -211,18 +216,16 @@ func readInput(w http.ResponseWriter, r *http.Request, maxBody int64) (json.RawM
 		}
 		return nil, http.StatusBadRequest, fmt.Errorf("reading request body: %w", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	var req dataRequest
-	if err := dec.Decode(&req); err != nil {
+	// Only input is decoded, later and once; the envelope is checked, not decoded.
+	members, err := astjson.Members(body)
+	if err != nil {
 		return nil, http.StatusBadRequest, fmt.Errorf("body is not valid JSON of the form {\"input\": {...}}: %w", err)
 	}
-	if dec.More() {
-		return nil, http.StatusBadRequest, errors.New("body has data after the JSON object")
-	}
-	if in := bytes.TrimSpace(req.Input); len(in) == 0 || in[0] != '{' {
+	input := members["input"]
+	if len(input) == 0 || input[0] != '{' {
 		return nil, http.StatusBadRequest, errors.New("input is required and must be a JSON object")
 	}
-	return req.Input, http.StatusOK, nil
+	return input, http.StatusOK, nil
 }
 
 type errorResponse struct {

@@ -5,17 +5,28 @@
 # the HTTP layer relies on `decision` and `allow` always having a value.
 # Hence every lookup is a type-checked reference with an `else`.
 #
-# Evaluation cost (issue 19): input is read through references
-# (`input.pod.spec.containers`), never handed to a function. A user function
-# call plugs and hashes its arguments for OPA's per-query cache and evaluates
-# a child query: passing `input`, a pod or a spec costs a walk of the whole
-# object, and even a call on a scalar costs several times an inline
-# comprehension. So the path every decision takes has no function call
-# (quantities are parsed in comprehensions, once per distinct value); the
-# few helpers left build messages only. Rules that apply to creates test
-# `input.operation == "create"` first, so OPA's rule index skips them all for
-# delete and status, and tolerations are looked at only when protected taints
-# are configured, and then only those of a protected key or none.
+# Evaluation cost (issue 19). In OPA's evaluator a rule evaluation costs
+# several times an expression, a comprehension or a built-in call about
+# twice one, and walking an array in one body little; so:
+#   - What depends on `data` only (caps per group, parsed and ranked; the
+#     protected taints; invalid caps; the fast path's tables) is the document
+#     `_precompute`. sar-bridge evaluates it once per policy or data load and
+#     stores it at data.sar_bridge.precomputed.interlink.authz
+#     (policies/precompute.go); `_static` reads it from there, or computes
+#     the part the general rules need when it is absent (the opa CLI,
+#     `opa test`, an OPA server), with the same results.
+#   - `decision` has a fast path: an allowed create of a well-formed pod is
+#     checked in one rule body against the precomputed tables. Each of its
+#     checks proves that the general rules find nothing, or fails and leaves
+#     the decision to them, so it never decides otherwise than they do; it
+#     is taken only where the tables were precomputed.
+#   - The general rules read input through references
+#     (`input.pod.spec.containers`), never hand it to a function (a call
+#     plugs and hashes its arguments); the few helpers left build messages
+#     only. Amounts are reduced to the ones over their cap or invalid before
+#     any rule looks at them, and tolerations to the ones of a protected key.
+#   - Rules that apply to creates test `input.operation == "create"` first,
+#     so OPA's rule index skips them all for delete and status.
 package interlink.authz
 
 # ---------------------------------------------------------------------------
@@ -24,12 +35,102 @@ package interlink.authz
 
 default allow := false
 
+# deny is exactly violations when the review allowed.
 allow if {
 	_review_allowed
-	count(deny) == 0
+	count(violations) == 0
 }
 
+# The common case, an allowed create, in one body (the fast path, see the
+# top); any other input, and any the fast path is not sure of, takes the
+# general rules, which define every other document.
 decision := {
+	"allowed": true,
+	"reason": why,
+	"modifications": {"pod_annotations": annotations, "resource_limits": defaults},
+	"review": review,
+} if {
+	# Fast path (see the top): an allowed create, in one body.
+	input.operation == "create"
+	review := input.review
+	review.allowed == true
+	why := review.reason
+	is_string(why)
+	s := _static
+	fast := s.fast
+	cs := input.pod.spec.containers
+	is_array(cs)
+	ics := [c | some c in input.pod.spec.initContainers]
+	is_array(ics)
+	containers := array.concat(cs, ics)
+	groups := input.subject.groups
+	is_array(groups)
+	user := input.subject.username
+	is_string(user)
+
+	# Rule 2: the subject's caps, and every capped amount a valid quantity
+	# within them ("0" when a container sets none: always within a cap
+	# that is not negative; a null or odd amount fails the check).
+	caps := fast.cap_sets[json.marshal(object.filter(fast.cap_groups, groups))].caps
+	count([1 |
+		some c in containers
+		some res, cap in caps
+		raw := object.get({"c": c}, ["c", "resources", "limits", res], object.get({"c": c}, ["c", "resources", "requests", res], "0"))
+		is_string(raw)
+		regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$`, raw)
+		units.parse(raw) <= cap.value
+	]) == count(containers) * count(caps)
+
+	# Rule 3: with protected taints configured, every toleration has a key
+	# that is not protected, or one that is, Equal to a value every matching
+	# protected taint allows the subject to use.
+	keys := s.protected_keys
+	tolerations := [t | some t in input.pod.spec.tolerations]
+	is_array(tolerations)
+	count([1 |
+		count(keys) > 0
+		some t in tolerations
+		k := t.key
+		is_string(k)
+		k != ""
+		not keys[k]
+	]) + count([1 |
+		some t in tolerations
+		k := t.key
+		keys[k]
+		object.get({"t": t}, ["t", "operator"], "Equal") == "Equal"
+		v := object.get({"t": t}, ["t", "value"], "")
+		is_string(v)
+		entries := object.get(s.protected, [k, v], [])
+		count([1 |
+			some e in entries
+			count(object.filter(e.users, [user])) + count(object.filter(e.groups, groups)) > 0
+		]) == count(entries)
+	]) == count(tolerations) * min([count(keys), 1])
+
+	# Rule 4: no tenant label, node label or nodeSelector of another tenant,
+	# and no required node affinity (the general rules read it).
+	tenant := input.tenant
+	is_string(tenant)
+	label := input.tenant_label
+	[v | v := input.node.labels[label]; v != tenant] == []
+	[v | v := input.pod.spec.nodeSelector[label]; v != tenant] == []
+	not input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+
+	# Rule 5, as _pod_annotations and _resource_limits.
+	annotations := {"interlink.io/billing-project": p |
+		p := input.namespace.labels["interlink.io/billing-project"]
+		is_string(p)
+	}
+	defaults := {name: d |
+		d := s.default_limits
+		some c in containers
+		object.get({"c": c}, ["c", "resources", "limits"], null) in {null, {}}
+		name := c.name
+		is_string(name)
+		name != ""
+	}
+} else := {
 	"allowed": allow,
 	"reason": reason,
 	"modifications": modifications,
@@ -61,6 +162,146 @@ modifications := {
 }
 
 # ---------------------------------------------------------------------------
+# Data-only documents, computed once per load
+# ---------------------------------------------------------------------------
+
+# The precomputed document when the evaluator stored one, else the part of
+# it the general rules use, computed here.
+_static := s if {
+	s := data.sar_bridge.precomputed.interlink.authz
+} else := _pre_general
+
+# The document sar-bridge precomputes: _pre_general plus "fast", the tables
+# of the fast path, which are only worth building once per load (so the
+# fast path is taken only where they were precomputed).
+_precompute := object.union(_pre_general, {"fast": {
+	"cap_groups": {g: true | some [g, _, _, _] in _pre_caps},
+	"cap_sets": _pre_cap_sets,
+}})
+
+# Everything below depends on data only (sar-bridge checks this at load) and
+# is JSON (objects with string keys serve as sets):
+#   caps:           {res: [{"value", "group", "raw"}, ...]}, valid caps,
+#                   largest first, ties by group name (the message's group)
+#   cap_rank:       {res: {group: index in caps[res]}}
+#   cap_errors:     {group: [message, ...]} for caps that are not quantities
+#   protected_keys: {key: true} of well-formed protected taints
+#   protected:      {key: {value: [{"users": {u: true}, "groups": {g: true}}]}}
+#   default_limits: the default limits when configured, else absent
+_pre_general := object.union(
+	{
+		"caps": {res: [e |
+			some r in numbers.range(0, count(entries) - 1)
+			some e in entries
+			e.rank == r
+		] |
+			some res, entries in _pre_ranked
+		},
+		"cap_rank": {res: {e.group: e.rank | some e in entries} | some res, entries in _pre_ranked},
+		"cap_errors": _pre_cap_errors,
+		"protected_keys": {key: true | some [key, _, _] in _pre_protected},
+		"protected": {key: {value: [{"users": users, "groups": groups} |
+			some [k, v, i] in _pre_protected
+			k == key
+			v == value
+			users := {u: true | us := data.interlink.protected_taints[i].allowed_users; is_array(us); some u in us; is_string(u); u != ""}
+			groups := {g: true | gs := data.interlink.protected_taints[i].allowed_groups; is_array(gs); some g in gs; is_string(g)}
+		] |
+			some [k, value, _] in _pre_protected
+			k == key
+		} |
+			some [key, _, _] in _pre_protected
+		},
+	},
+	{"default_limits": d | d := data.interlink.default_limits; is_object(d); count(d) > 0},
+)
+
+_pre_cap_errors := {g: [sprintf("invalid %s cap %v configured for group %q", [res, raw, g]) |
+	some [g2, res, raw, []] in _pre_caps
+	g2 == g
+] |
+	some [g, _, _, []] in _pre_caps
+}
+
+# The caps of a subject, by the subset of the capped groups it is in (as the
+# JSON of {group: true}), for every subset when at most 8 groups are capped,
+# else for none or one: {"caps": {res: cap}}. Subsets with a mistyped cap
+# are left out (their subjects are denied, by the general rules).
+_pre_cap_sets := {json.marshal(sub): {"caps": caps} |
+	groups := sort({g | some [g, _, _, _] in _pre_caps})
+	some sub in _pre_group_subsets(groups)
+	count([1 | some g, _ in sub; _pre_cap_errors[g]]) == 0
+	caps := {res: _pre_general.caps[res][r] |
+		some res, ranks in _pre_general.cap_rank
+		r := min([r | some g, _ in sub; r := ranks[g]])
+	}
+}
+
+_pre_group_subsets(groups) := [{g: true | some j, g in groups; bits.and(mask, bits.lsh(1, j)) != 0} |
+	count(groups) <= 8
+	some mask in numbers.range(0, bits.lsh(1, count(groups)) - 1)
+] if {
+	count(groups) <= 8
+} else := array.concat([{}], [{g: true} | some g in groups])
+
+# Every configured cap as [group, resource, raw, parsed], parsed being [value]
+# or [] when raw is not a quantity: a number as is, or a string of the
+# Kubernetes quantity grammar, units.parse'd. The grammar is checked before
+# units.parse so that odd strings are rejected explicitly instead of
+# silently yielding undefined; the short exponent bound keeps a hostile
+# "1e999999" from costing a huge big.Rat. Admin data is read key by key:
+# referencing data.interlink as a whole would include this package's own
+# rules and recurse. A limits document that is not an object, or a group's
+# entry that is not one, has no [g][res] to read.
+_pre_caps := [[g, res, raw, parsed] |
+	limits := data.interlink.limits
+	is_object(limits)
+	some g, entry in limits
+	is_string(g)
+	some res in ["cpu", "memory"]
+	raw := entry[res]
+	parsed := array.concat([raw | is_number(raw)], [v |
+		is_string(raw)
+		regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$`, raw)
+		v := units.parse(raw)
+	])
+]
+
+# Valid caps per resource with their rank: the largest cap among the
+# subject's groups wins, ties to the lexicographically first group so the
+# message is deterministic.
+_pre_ranked := {res: [{"value": v, "group": g, "raw": raw, "rank": rank} |
+	some [g, r, raw, [v]] in _pre_caps
+	r == res
+	rank := count([1 |
+		some [g2, r2, _, [v2]] in _pre_caps
+		r2 == res
+		_ranks_before(v2, g2, v, g)
+	])
+] |
+	some res in {res | some [_, res, _, [_]] in _pre_caps}
+}
+
+_ranks_before(v2, _, v, _) if v2 > v
+
+_ranks_before(v2, g2, v, g) if {
+	v2 == v
+	g2 < g
+}
+
+# Well-formed protected entries as [key, value, index]; value "" when absent
+# or not a string.
+_pre_protected := [[key, value, i] |
+	pts := data.interlink.protected_taints
+	is_array(pts)
+	some i, p in pts
+	key := p.key
+	is_string(key)
+	key != ""
+	value := array.concat([v | v := p.value; is_string(v)], [""])[0]
+]
+
+# ---------------------------------------------------------------------------
 # Input normalisation
 # ---------------------------------------------------------------------------
 
@@ -90,12 +331,12 @@ _subject_name := _username if {
 	_username != ""
 } else := "<unknown subject>"
 
-_groups := {g |
+# The subject's groups, as given: entries that are not strings match no key
+# of the precomputed documents, whose groups are all strings.
+_group_list := gs if {
 	gs := input.subject.groups
 	is_array(gs)
-	some g in gs
-	is_string(g)
-}
+} else := []
 
 # Containers and init containers; the index keeps unnamed containers
 # distinguishable in messages.
@@ -116,62 +357,51 @@ _container_name(i) := n if {
 # ---------------------------------------------------------------------------
 
 # Rule 2: per-group resource caps.
-#
-# A quantity is a number as is, or a string of the Kubernetes quantity
-# grammar, units.parse'd. The grammar is checked before units.parse so that
-# odd strings are rejected explicitly instead of silently yielding undefined;
-# the short exponent bound keeps a hostile "1e999999" from costing a huge
-# big.Rat. Quantities are parsed inline, once per value (see the top).
 
-# The caps configured for the subject's groups, per resource, as [group, raw,
-# parsed], parsed being [value] or [] when raw is not a valid quantity.
-# Admin data is read key by key: referencing data.interlink as a whole would
-# include this package's own rules and recurse. A limits document that is not
-# an object, or a group's entry that is not one, has no [g][res] to read.
-_group_caps := {res: entries |
-	groups := _groups
-	some res in ["cpu", "memory"]
-	entries := [[g, raw, parsed] |
-		some g in groups
-		raw := data.interlink.limits[g][res]
+# The cap of each capped resource for the subject: the best ranked among
+# its groups.
+_cap := {res: _static.caps[res][r] |
+	some res, ranks in _static.cap_rank
+	r := min([rank | some g in _group_list; rank := ranks[g]])
+}
+
+# What each container asks of each capped resource, as [index, resource,
+# kind, raw, cap, parsed]: kind "limit", or "request" when no limit is set for
+# that resource; parsed as in _pre_caps. Only the amounts over their cap or
+# not a quantity are kept (a string sorts after every number, so the first
+# of parsed ++ ["not a quantity"] is over the cap in both cases), so on an
+# allowed pod the rules below have nothing to look at.
+_amounts := array.concat(
+	[[i, res, "limit", raw, cap, parsed] |
+		caps := _cap
+		count(caps) > 0
+		some i, c in _all_containers
+		some res, cap in caps
+		raw := c.resources.limits[res]
+		raw != null
 		parsed := array.concat([raw | is_number(raw)], [v |
 			is_string(raw)
 			regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$`, raw)
 			v := units.parse(raw)
 		])
-	]
-}
-
-# The largest cap among the subject's groups wins; ties go to the
-# lexicographically first group so the message is deterministic.
-_cap := {res: {"value": top, "group": g, "raw": raw} |
-	some res, entries in _group_caps
-	candidates := [[v, g, raw] | some [g, raw, [v]] in entries]
-	count(candidates) > 0
-	top := max([c[0] | some c in candidates])
-	[_, g, raw] := min([c | some c in candidates; c[0] == top])
-}
-
-# What each container asks of each capped resource: [index, resource, kind,
-# raw, parsed, cap], kind "limit", or "request" when no limit is set for that
-# resource; parsed as in _group_caps.
-_amounts := [[i, res, kind, raw, parsed, cap] |
-	caps := _cap
-	count(caps) > 0
-	some i, c in _all_containers
-	some res, cap in caps
-	limits := [["limit", l] | l := c.resources.limits[res]; l != null]
-	some [kind, raw] in array.concat(limits, [["request", r] |
-		count(limits) == 0
-		r := c.resources.requests[res]
-		r != null
-	])
-	parsed := array.concat([raw | is_number(raw)], [v |
-		is_string(raw)
-		regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$`, raw)
-		v := units.parse(raw)
-	])
-]
+		array.concat(parsed, ["not a quantity"])[0] > cap.value
+	],
+	[[i, res, "request", raw, cap, parsed] |
+		caps := _cap
+		count(caps) > 0
+		some i, c in _all_containers
+		some res, cap in caps
+		raw := c.resources.requests[res]
+		raw != null
+		count([1 | l := c.resources.limits[res]; l != null]) == 0
+		parsed := array.concat([raw | is_number(raw)], [v |
+			is_string(raw)
+			regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$`, raw)
+			v := units.parse(raw)
+		])
+		array.concat(parsed, ["not a quantity"])[0] > cap.value
+	],
+)
 
 _amount_phrase("limit", res, raw) := sprintf("sets %s limit %v", [res, raw])
 
@@ -179,52 +409,38 @@ _amount_phrase("request", res, raw) := sprintf("requests %s %v", [res, raw])
 
 violations contains msg if {
 	input.operation == "create"
-	some [i, res, kind, raw, parsed, cap] in _amounts
-	count(parsed) > 0
-	parsed[0] > cap.value
+	some [i, res, kind, raw, cap, [_]] in _amounts
 	msg := sprintf("container %q %s over the cap %v for group %q", [_container_name(i), _amount_phrase(kind, res, raw), cap.raw, cap.group])
 }
 
 # Fail closed on quantities that cannot be compared against a cap.
 violations contains msg if {
 	input.operation == "create"
-	some [i, res, _, raw, [], cap] in _amounts
+	some [i, res, _, raw, cap, []] in _amounts
 	msg := sprintf("container %q has an invalid %s quantity %v (cap %v for group %q)", [_container_name(i), res, raw, cap.raw, cap.group])
 }
 
 # A cap the admin mistyped must not silently lift the limit.
 violations contains msg if {
 	input.operation == "create"
-	some res, entries in _group_caps
-	some [g, raw, []] in entries
-	msg := sprintf("invalid %s cap %v configured for group %q", [res, raw, g])
+	errors := _static.cap_errors
+	count(errors) > 0
+	some g in _group_list
+	some msg in errors[g]
 }
 
 # Rule 3: protected taints, with pod-toleration semantics.
 
-# Well-formed protected entries as [key, value, index]; value "" when absent
-# or not a string.
-_protected := [[key, value, i] |
-	pts := data.interlink.protected_taints
-	is_array(pts)
-	some i, p in pts
-	key := p.key
-	is_string(key)
-	key != ""
-	value := array.concat([v | v := p.value; is_string(v)], [""])[0]
-]
-
-_protected_keys := {e[0] | some e in _protected}
-
 # Tolerations of a protected key as [key, operator, value]: operator "Equal"
 # when absent, empty or not a string; value "" when absent or not a string.
 _protected_tolerations := [[key, op, value] |
+	keys := _static.protected_keys
+	count(keys) > 0
 	ts := input.pod.spec.tolerations
 	is_array(ts)
-	keys := _protected_keys
 	some t in ts
 	key := t.key
-	key in keys
+	keys[key]
 	op := array.concat([o | o := t.operator; is_string(o); o != ""], ["Equal"])[0]
 	value := array.concat([v | v := t.value; is_string(v)], [""])[0]
 ]
@@ -238,12 +454,9 @@ violations contains msg if {
 violations contains msg if {
 	input.operation == "create"
 	some [key, "Equal", value] in _protected_tolerations
-	some e in _protected
-	e[0] == key
-	e[1] == value
-	i := e[2]
-	count([1 | _username != ""; us := data.interlink.protected_taints[i].allowed_users; is_array(us); _username in us]) == 0
-	count([1 | gs := data.interlink.protected_taints[i].allowed_groups; is_array(gs); some g in gs; g in _groups]) == 0
+	some e in _static.protected[key][value]
+	not e.users[_username]
+	count([1 | some g in _group_list; e.groups[g]]) == 0
 	msg := sprintf("toleration %q=%q of a protected taint is not allowed for subject %q", [key, value, _subject_name])
 }
 
@@ -260,7 +473,7 @@ violations contains msg if {
 # Exists tolerates every taint.
 violations contains msg if {
 	input.operation == "create"
-	count(_protected) > 0
+	count(_static.protected_keys) > 0
 	ts := input.pod.spec.tolerations
 	is_array(ts)
 	some t in ts
@@ -341,7 +554,5 @@ _resource_limits := {name: defaults |
 		count([1 | l := c.resources.limits; l != null; l != {}]) == 0
 	}
 } if {
-	defaults := data.interlink.default_limits
-	is_object(defaults)
-	count(defaults) > 0
+	defaults := _static.default_limits
 } else := {}

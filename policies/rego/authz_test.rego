@@ -597,3 +597,90 @@ test_non_create_skips_violations if {
 			with data.interlink.protected_taints as protected
 	}
 }
+
+# ---------------------------------------------------------------------------
+# Precomputed document and fast path (issue 19)
+# ---------------------------------------------------------------------------
+
+fast_cases := [
+	base,
+	one_container({"limits": {"cpu": "3500m", "memory": "12Gi"}}),
+	one_container({"limits": {"cpu": "4.5"}}),
+	one_container({"requests": {"cpu": "8"}}),
+	one_container({"limits": {"cpu": null}, "requests": {"cpu": "5"}}),
+	one_container({"limits": {"cpu": "lots"}}),
+	one_container({"limits": {"cpu": 2}}),
+	with_spec({"initContainers": [{"name": "setup", "resources": {"limits": {"memory": "32Gi"}}}]}),
+	with_spec({"containers": [{"name": "bare"}, {"name": "limited", "resources": {"limits": {"cpu": "1"}}}]}),
+	tol({"key": "hpc.example/reserved", "operator": "Equal", "value": "gpu"}),
+	tol({"key": "hpc.example/reserved", "operator": "Exists"}),
+	tol({"key": "other/taint", "operator": "Exists"}),
+	tol({"operator": "Exists"}),
+	object.union(tol({"key": "hpc.example/reserved", "value": "gpu"}), {"subject": other_subject}),
+	object.union(tol({"key": "hpc.example/reserved", "value": "gpu"}), {"subject": gpu_group_subject}),
+	with_spec({"nodeSelector": {"interlink.io/tenant": "tenant-b"}}),
+	object.union(base, {"node": node_b}),
+	object.union(base, {"namespace": {"labels": {"interlink.io/billing-project": "proj-42"}}}),
+	object.union(base, {"review": {"allowed": false, "reason": "RBAC: denied"}}),
+	bad_pod,
+]
+
+# With the precomputed document in data, as sar-bridge stores it, every
+# decision is the one the general rules make without it.
+test_precomputed_decides_as_computed if {
+	every inp in fast_cases {
+		pre := authz._precompute with data.interlink.limits as limits
+			with data.interlink.protected_taints as protected
+			with data.interlink.default_limits as default_limits
+		d := authz.decision with input as inp
+			with data.interlink.limits as limits
+			with data.interlink.protected_taints as protected
+			with data.interlink.default_limits as default_limits
+			with data.sar_bridge.precomputed.interlink.authz as pre
+		d == authz.decision with input as inp
+			with data.interlink.limits as limits
+			with data.interlink.protected_taints as protected
+			with data.interlink.default_limits as default_limits
+	}
+}
+
+# The allowed create of a well-formed pod is decided by the fast path: the
+# general rules, which read allow, are not consulted.
+test_fast_path_decides_allowed_create if {
+	pre := authz._precompute with data.interlink.limits as limits
+		with data.interlink.protected_taints as protected
+		with data.interlink.default_limits as default_limits
+	every inp in [base, fast_cases[1], fast_cases[8], fast_cases[9], fast_cases[14]] {
+		d := authz.decision with input as inp
+			with data.interlink.limits as limits
+			with data.interlink.protected_taints as protected
+			with data.interlink.default_limits as default_limits
+			with data.sar_bridge.precomputed.interlink.authz as pre
+			with authz.allow as "general rules"
+		d.allowed == true
+	}
+}
+
+# Without it (the opa CLI, an OPA server), the general rules decide.
+test_general_rules_without_precomputed if {
+	d := authz.decision with input as base with authz.allow as "general rules"
+	d.allowed == "general rules"
+}
+
+test_precompute_caps_ranked if {
+	pre := authz._precompute with data.interlink.limits as limits
+	[c.raw | some c in pre.caps.cpu] == ["100", "4", "2000m"]
+	[c.raw | some c in pre.caps.memory] == ["1Ti", "16384Mi", "8Gi"]
+
+	# The subject of base is in two capped groups: the larger cap of each wins.
+	key := json.marshal({team_group: true, "system:authenticated": true})
+	pre.fast.cap_sets[key].caps.cpu.group == team_group
+	pre.fast.cap_sets[key].caps.memory.group == "system:authenticated"
+}
+
+test_precompute_mistyped_cap_not_tabulated if {
+	pre := authz._precompute with data.interlink.limits as {team_group: {"cpu": "four"}, "system:authenticated": {"cpu": "2"}}
+	pre.cap_errors == {team_group: ["invalid cpu cap four configured for group \"system:serviceaccounts:team-a\""]}
+	not pre.fast.cap_sets[json.marshal({team_group: true})]
+	pre.fast.cap_sets[json.marshal({"system:authenticated": true})].caps.cpu.raw == "2"
+}

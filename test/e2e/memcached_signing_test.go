@@ -3,13 +3,10 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +19,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sar-bridge/sar-bridge/authorizer"
 	"github.com/sar-bridge/sar-bridge/cache"
 	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
@@ -103,26 +101,22 @@ func kubeSystemUID(t *testing.T) string {
 }
 
 // createReviewKey is the cache key of the review the bridge sends for a pod create by
-// ServiceAccount ns/name. It mirrors authorizer.ReviewKey (the canonical spec's
-// SHA-256); were they to drift, the forged counter below would not move and the test
-// would fail rather than pass for the wrong reason.
+// ServiceAccount ns/name. Were the spec here to drift from the bridge's, the forged
+// counter below would not move and the test would fail rather than pass for the wrong
+// reason.
 func createReviewKey(t *testing.T, ns, name string) string {
 	t.Helper()
-	groups := cluster.ServiceAccountGroups(ns)
-	slices.Sort(groups) // the canonical form sorts groups
-	spec := authorizationv1.SubjectAccessReviewSpec{
+	key, err := authorizer.ReviewKey(authorizationv1.SubjectAccessReviewSpec{
 		User:   cluster.ServiceAccountUser(ns, name),
-		Groups: groups,
+		Groups: cluster.ServiceAccountGroups(ns),
 		ResourceAttributes: &authorizationv1.ResourceAttributes{
 			Namespace: ns, Verb: "create", Group: "interlink.io", Resource: "pods",
 		},
-	}
-	b, err := json.Marshal(spec)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(b)
-	return "sarb1-" + hex.EncodeToString(sum[:])
+	return key
 }
 
 // storeReview writes an allowed review straight into memcached, as anyone who can reach

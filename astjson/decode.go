@@ -1,0 +1,286 @@
+// Package astjson reads JSON straight into OPA's value form (ast.Value), the form a
+// prepared query evaluates, so a request body is decoded once instead of into Go maps
+// and then converted; and it hashes such values canonically for memo keys.
+package astjson
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Field is one member of a decoded top-level object: its value, and the exact bytes it
+// was decoded from, for a caller that also needs a typed reading of that member.
+type Field struct {
+	Value ast.Value
+	Raw   []byte
+}
+
+// DecodeObject decodes data, which must be one JSON object, into an ast.Object. Keys are
+// kept as sent (case-sensitive) and a key given twice in any object is an error, as
+// Kubernetes' strict decoding has it; numbers keep their literal text. fields gives each
+// top-level member's value and raw bytes.
+func DecodeObject(data []byte) (obj ast.Object, fields map[string]Field, err error) {
+	if !json.Valid(data) {
+		var v any // let encoding/json name the syntax error
+		if err := json.Unmarshal(data, &v); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, errors.New("invalid JSON")
+	}
+	d := decoder{data: data}
+	d.skipSpace()
+	if d.pos >= len(d.data) || d.data[d.pos] != '{' {
+		return nil, nil, errors.New("input must be a JSON object")
+	}
+	fields = map[string]Field{}
+	v, err := d.object(fields)
+	if err != nil {
+		return nil, nil, err
+	}
+	return v.(ast.Object), fields, nil
+}
+
+// decoder walks JSON already checked by json.Valid, so it only has to build values.
+type decoder struct {
+	data []byte
+	pos  int
+}
+
+func (d *decoder) skipSpace() {
+	for d.pos < len(d.data) {
+		switch d.data[d.pos] {
+		case ' ', '\t', '\n', '\r':
+			d.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (d *decoder) value() (ast.Value, error) {
+	d.skipSpace()
+	switch c := d.data[d.pos]; {
+	case c == '{':
+		return d.object(nil)
+	case c == '[':
+		return d.array()
+	case c == '"':
+		s, err := d.string()
+		if err != nil {
+			return nil, err
+		}
+		return ast.String(s), nil
+	case c == 't':
+		d.pos += len("true")
+		return ast.Boolean(true), nil
+	case c == 'f':
+		d.pos += len("false")
+		return ast.Boolean(false), nil
+	case c == 'n':
+		d.pos += len("null")
+		return ast.Null{}, nil
+	default:
+		return d.number(), nil
+	}
+}
+
+// object reads an object at d.pos; when top is not nil it also records each member.
+func (d *decoder) object(top map[string]Field) (ast.Value, error) {
+	d.pos++ // '{'
+	obj := ast.NewObject()
+	for {
+		d.skipSpace()
+		if d.data[d.pos] == '}' {
+			d.pos++
+			return obj, nil
+		}
+		if d.data[d.pos] == ',' {
+			d.pos++
+			d.skipSpace()
+		}
+		key, err := d.string()
+		if err != nil {
+			return nil, err
+		}
+		d.skipSpace()
+		d.pos++ // ':'
+		d.skipSpace()
+		start := d.pos
+		v, err := d.value()
+		if err != nil {
+			return nil, err
+		}
+		if top != nil {
+			top[key] = Field{Value: v, Raw: d.data[start:d.pos]}
+		}
+		// Insert replaces a key given twice; Kubernetes' strict decoding refuses it.
+		n := obj.Len()
+		obj.Insert(ast.StringTerm(key), ast.NewTerm(v))
+		if obj.Len() == n {
+			return nil, fmt.Errorf("duplicate field %q", key)
+		}
+	}
+}
+
+func (d *decoder) array() (ast.Value, error) {
+	d.pos++ // '['
+	var terms []*ast.Term
+	for {
+		d.skipSpace()
+		switch d.data[d.pos] {
+		case ']':
+			d.pos++
+			return ast.NewArray(terms...), nil
+		case ',':
+			d.pos++
+		}
+		v, err := d.value()
+		if err != nil {
+			return nil, err
+		}
+		terms = append(terms, ast.NewTerm(v))
+	}
+}
+
+// string reads a string literal. Plain ones (no escapes, valid UTF-8) are sliced;
+// others go through encoding/json, which also replaces invalid UTF-8 as the typed
+// decoders of the same body do.
+func (d *decoder) string() (string, error) {
+	start := d.pos
+	d.pos++ // '"'
+	plain := true
+	for {
+		c := d.data[d.pos]
+		if c == '"' {
+			break
+		}
+		if c == '\\' {
+			plain = false
+			d.pos++
+		} else if c >= utf8.RuneSelf {
+			plain = false
+		}
+		d.pos++
+	}
+	d.pos++ // closing '"'
+	lit := d.data[start:d.pos]
+	if plain {
+		return string(lit[1 : len(lit)-1]), nil
+	}
+	if utf8.Valid(lit) && bytes.IndexByte(lit, '\\') < 0 {
+		return string(lit[1 : len(lit)-1]), nil
+	}
+	var s string
+	if err := json.Unmarshal(lit, &s); err != nil {
+		return "", fmt.Errorf("decoding string: %w", err)
+	}
+	return s, nil
+}
+
+func isNumberByte(c byte) bool {
+	return c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
+}
+
+// number reads a number literal as its text, as encoding/json's UseNumber does.
+func (d *decoder) number() ast.Value {
+	start := d.pos
+	for d.pos < len(d.data) && isNumberByte(d.data[d.pos]) {
+		d.pos++
+	}
+	return ast.Number(d.data[start:d.pos])
+}
+
+// Members checks that data is one JSON object and returns its members' raw bytes by
+// key, without decoding them: a request envelope whose one member of interest is
+// decoded later, once. A key given twice is an error.
+func Members(data []byte) (map[string][]byte, error) {
+	if !json.Valid(data) {
+		var v any // let encoding/json name the syntax error
+		if err := json.Unmarshal(data, &v); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("invalid JSON")
+	}
+	d := decoder{data: data}
+	d.skipSpace()
+	if d.data[d.pos] != '{' {
+		return nil, errors.New("not a JSON object")
+	}
+	d.pos++
+	members := map[string][]byte{}
+	for {
+		d.skipSpace()
+		switch d.data[d.pos] {
+		case '}':
+			return members, nil
+		case ',':
+			d.pos++
+			d.skipSpace()
+		}
+		key, err := d.string()
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := members[key]; dup {
+			return nil, fmt.Errorf("duplicate field %q", key)
+		}
+		d.skipSpace()
+		d.pos++ // ':'
+		d.skipSpace()
+		start := d.pos
+		d.skipValue()
+		members[key] = d.data[start:d.pos]
+	}
+}
+
+// skipValue moves past the value at d.pos (valid JSON).
+func (d *decoder) skipValue() {
+	switch d.data[d.pos] {
+	case '"':
+		d.skipString()
+	case '{', '[':
+		for depth := 0; ; {
+			switch d.data[d.pos] {
+			case '"':
+				d.skipString()
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+			d.pos++
+			if depth == 0 {
+				return
+			}
+		}
+	default: // a number, true, false or null
+		for d.pos < len(d.data) && !isDelimiter(d.data[d.pos]) {
+			d.pos++
+		}
+	}
+}
+
+func (d *decoder) skipString() {
+	d.pos++ // '"'
+	for d.data[d.pos] != '"' {
+		if d.data[d.pos] == '\\' {
+			d.pos++
+		}
+		d.pos++
+	}
+	d.pos++
+}
+
+func isDelimiter(c byte) bool {
+	switch c {
+	case ',', '}', ']', ' ', '\t', '\n', '\r':
+		return true
+	}
+	return false
+}

@@ -1,0 +1,97 @@
+package astjson
+
+import (
+	"encoding/binary"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Value tags of the canonical encoding. Absent is a path with no value, so that a
+// missing field and a null one never hash alike.
+const (
+	tagAbsent byte = iota
+	tagNull
+	tagFalse
+	tagTrue
+	tagNumber
+	tagString
+	tagArray
+	tagObject
+	tagSet
+	tagOther
+)
+
+// AppendCanonical appends an unambiguous encoding of v to dst, for hashing: a type
+// tag, then lengths before contents, object members and set elements in OPA's sorted
+// order. Two values encoded alike are equal; equal numbers spelt differently ("1",
+// "1.0") are encoded differently, which only costs a memo a miss. A nil v is encoded
+// as absent.
+func AppendCanonical(dst []byte, v ast.Value) []byte {
+	tagged := func(tag byte, n int) []byte {
+		return binary.AppendUvarint(append(dst, tag), uint64(n))
+	}
+	switch x := v.(type) {
+	case nil:
+		return tagged(tagAbsent, 0)
+	case ast.Null:
+		return tagged(tagNull, 0)
+	case ast.Boolean:
+		if x {
+			return tagged(tagTrue, 0)
+		}
+		return tagged(tagFalse, 0)
+	case ast.Number:
+		return append(tagged(tagNumber, len(x)), x...)
+	case ast.String:
+		return append(tagged(tagString, len(x)), x...)
+	case *ast.Array:
+		dst = tagged(tagArray, x.Len())
+		for i := range x.Len() {
+			dst = AppendCanonical(dst, x.Elem(i).Value)
+		}
+		return dst
+	case ast.Object:
+		dst = tagged(tagObject, x.Len())
+		x.Foreach(func(k, t *ast.Term) {
+			dst = AppendCanonical(dst, k.Value)
+			dst = AppendCanonical(dst, t.Value)
+		})
+		return dst
+	case ast.Set:
+		dst = tagged(tagSet, x.Len())
+		x.Foreach(func(t *ast.Term) { dst = AppendCanonical(dst, t.Value) })
+		return dst
+	default:
+		// Not a JSON value (a ref, a var): input never holds one, but be unambiguous.
+		s := x.String()
+		return append(tagged(tagOther, len(s)), s...)
+	}
+}
+
+// Find returns the value at path below v, or nil when there is none. Path elements
+// are object keys or array indices, as in a ref.
+func Find(v ast.Value, path []*ast.Term) ast.Value {
+	for _, p := range path {
+		switch x := v.(type) {
+		case ast.Object:
+			t := x.Get(p)
+			if t == nil {
+				return nil
+			}
+			v = t.Value
+		case *ast.Array:
+			n, ok := p.Value.(ast.Number)
+			if !ok {
+				return nil
+			}
+			i, ok := n.Int()
+			if !ok || i < 0 || i >= x.Len() {
+				return nil
+			}
+			v = x.Elem(i).Value
+		default:
+			return nil
+		}
+	}
+	return v
+}

@@ -1,0 +1,244 @@
+package authorizer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/lru"
+
+	"github.com/sar-bridge/sar-bridge/astjson"
+	k8sjson "sigs.k8s.io/json"
+)
+
+// podRequest is a pod decision's input, decoded once: the document the policy sees, in
+// its value form, and the typed fields the pipeline needs.
+type podRequest struct {
+	input     ast.Object
+	Operation string
+	Pod       *corev1.Pod
+	User      *inputUser
+	NodeName  string // input.node.name, "" when not given
+}
+
+// decodePodInput checks a pod decision's input and decodes it for the policy (straight
+// into Rego values) and, for the pod, user and node members, into Go types. Both
+// readings must agree on every field, so decoding is case-sensitive (as Kubernetes'
+// own) and refuses duplicate keys, and a pod may hold no field the Pod type lacks:
+// "Spec", "Operator" or "ſperator" would otherwise mean one thing to a Go client
+// (encoding/json folds case) and nothing to the policy. A pod with a field newer than
+// this build is refused too, never judged blind.
+func decodePodInput(raw []byte) (podRequest, error) {
+	obj, fields, err := astjson.DecodeObject(raw)
+	if err != nil {
+		return podRequest{}, inputErrorf("input: %v", err)
+	}
+	req := podRequest{input: obj}
+	if f, ok := fields["operation"]; ok {
+		switch op := f.Value.(type) {
+		case ast.String:
+			req.Operation = string(op)
+		case ast.Null:
+		default:
+			return req, inputErrorf("input: operation must be a string, not %v", ast.ValueName(f.Value))
+		}
+	}
+	if _, ok := operationVerbs[req.Operation]; !ok && req.Operation != "" {
+		return req, inputErrorf("input.operation %q is not one of create, delete, status", req.Operation)
+	}
+	pod, ok := fields["pod"]
+	if _, isObject := pod.Value.(ast.Object); !ok || !isObject {
+		return req, inputErrorf("input.pod is required and must be a JSON object")
+	}
+	req.Pod = &corev1.Pod{}
+	if err := strictUnmarshal(pod.Raw, req.Pod, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields); err != nil {
+		return req, inputErrorf("input.pod is not a valid Pod: %v", err)
+	}
+	if req.Pod.Namespace == "" {
+		return req, inputErrorf("input.pod.metadata.namespace is required")
+	}
+	if req.Pod.Name == "" && req.Operation != "" && req.Operation != "create" {
+		return req, inputErrorf("input.pod.metadata.name is required for %s", req.Operation)
+	}
+	if f, ok := fields["user"]; ok {
+		if err := strictUnmarshal(f.Raw, &req.User, k8sjson.DisallowDuplicateFields); err != nil {
+			return req, inputErrorf("input.user: %v", err)
+		}
+	}
+	if f, ok := fields["node"]; ok {
+		var node *struct {
+			Name string `json:"name"`
+		}
+		if err := strictUnmarshal(f.Raw, &node, k8sjson.DisallowDuplicateFields); err != nil {
+			return req, inputErrorf("input.node: %v", err)
+		}
+		if node != nil {
+			req.NodeName = node.Name
+		}
+	}
+	return req, nil
+}
+
+// strictUnmarshal decodes with exact (case-sensitive) field names, and with the given
+// strictness.
+func strictUnmarshal(data []byte, v any, strict ...k8sjson.StrictOption) error {
+	strictErrs, err := k8sjson.UnmarshalStrict(data, v, strict...)
+	if err != nil {
+		return err
+	}
+	if len(strictErrs) > 0 {
+		return errors.Join(strictErrs...)
+	}
+	return nil
+}
+
+// The enrichment the bridge adds to the input, built directly as Rego values.
+
+// objectValues keeps the values of namespaces and nodes by UID and resourceVersion:
+// the informer's objects change only with their version, and most decisions name the
+// same few. Values are never modified once built, so decisions share them.
+type objectValues struct{ cache *lru.Cache }
+
+type objectVersion struct {
+	kind    string
+	uid, rv string
+}
+
+func newObjectValues() objectValues { return objectValues{cache: lru.New(1024)} }
+
+// get returns the cached value of an object at this version, or builds and keeps it.
+func (o objectValues) get(kind string, meta metav1.Object, build func() ast.Value) ast.Value {
+	key := objectVersion{kind: kind, uid: string(meta.GetUID()), rv: meta.GetResourceVersion()}
+	if key.uid == "" || key.rv == "" {
+		return build() // not from an informer: nothing identifies this version
+	}
+	if v, ok := o.cache.Get(key); ok {
+		return v.(ast.Value)
+	}
+	v := build()
+	o.cache.Add(key, v)
+	return v
+}
+
+func subjectValue(s Subject) ast.Value {
+	extra := make([][2]*ast.Term, 0, len(s.Extra))
+	for k, v := range s.Extra {
+		extra = append(extra, ast.Item(ast.StringTerm(k), stringsTerm(v)))
+	}
+	return ast.NewObject(
+		ast.Item(ast.StringTerm("username"), ast.StringTerm(s.Username)),
+		ast.Item(ast.StringTerm("uid"), ast.StringTerm(s.UID)),
+		ast.Item(ast.StringTerm("groups"), stringsTerm(s.Groups)),
+		ast.Item(ast.StringTerm("extra"), ast.ObjectTerm(extra...)),
+	)
+}
+
+func namespaceValue(name string, ns *corev1.Namespace) ast.Value {
+	var labels, annotations map[string]string
+	if ns != nil {
+		name, labels, annotations = ns.Name, ns.Labels, ns.Annotations
+	}
+	return ast.NewObject(
+		ast.Item(ast.StringTerm("name"), ast.StringTerm(name)),
+		ast.Item(ast.StringTerm("labels"), stringMapTerm(labels)),
+		ast.Item(ast.StringTerm("annotations"), stringMapTerm(annotations)),
+	)
+}
+
+// nodeValue describes the target node as the cluster knows it, whatever the caller said.
+func nodeValue(name string, node *corev1.Node) ast.Value {
+	if name == "" {
+		return ast.Null{}
+	}
+	if node == nil {
+		return ast.NewObject(
+			ast.Item(ast.StringTerm("name"), ast.StringTerm(name)),
+			ast.Item(ast.StringTerm("found"), ast.BooleanTerm(false)),
+			ast.Item(ast.StringTerm("labels"), ast.ObjectTerm()),
+			ast.Item(ast.StringTerm("taints"), ast.ArrayTerm()),
+			ast.Item(ast.StringTerm("allocatable"), ast.ObjectTerm()),
+		)
+	}
+	taints := make([]*ast.Term, 0, len(node.Spec.Taints))
+	for _, t := range node.Spec.Taints {
+		taints = append(taints, ast.ObjectTerm(
+			ast.Item(ast.StringTerm("key"), ast.StringTerm(t.Key)),
+			ast.Item(ast.StringTerm("value"), ast.StringTerm(t.Value)),
+			ast.Item(ast.StringTerm("effect"), ast.StringTerm(string(t.Effect))),
+		))
+	}
+	allocatable := make([][2]*ast.Term, 0, len(node.Status.Allocatable))
+	for k, q := range node.Status.Allocatable {
+		allocatable = append(allocatable, ast.Item(ast.StringTerm(string(k)), ast.StringTerm(q.String())))
+	}
+	return ast.NewObject(
+		ast.Item(ast.StringTerm("name"), ast.StringTerm(node.Name)),
+		ast.Item(ast.StringTerm("found"), ast.BooleanTerm(true)),
+		ast.Item(ast.StringTerm("labels"), stringMapTerm(node.Labels)),
+		ast.Item(ast.StringTerm("taints"), ast.ArrayTerm(taints...)),
+		ast.Item(ast.StringTerm("allocatable"), ast.ObjectTerm(allocatable...)),
+	)
+}
+
+func (s reviewSummary) value() ast.Value {
+	attrs := make([]*ast.Term, 0, len(s.Attributes))
+	for _, a := range s.Attributes {
+		attrs = append(attrs, ast.ObjectTerm(
+			ast.Item(ast.StringTerm("namespace"), ast.StringTerm(a.Namespace)),
+			ast.Item(ast.StringTerm("verb"), ast.StringTerm(a.Verb)),
+			ast.Item(ast.StringTerm("group"), ast.StringTerm(a.Group)),
+			ast.Item(ast.StringTerm("resource"), ast.StringTerm(a.Resource)),
+			ast.Item(ast.StringTerm("name"), ast.StringTerm(a.Name)),
+		))
+	}
+	return ast.NewObject(
+		ast.Item(ast.StringTerm("allowed"), ast.BooleanTerm(s.Allowed)),
+		ast.Item(ast.StringTerm("denied"), ast.BooleanTerm(s.Denied)),
+		ast.Item(ast.StringTerm("reason"), ast.StringTerm(s.Reason)),
+		ast.Item(ast.StringTerm("attributes"), ast.ArrayTerm(attrs...)),
+	)
+}
+
+func stringsTerm(v []string) *ast.Term {
+	terms := make([]*ast.Term, len(v))
+	for i, s := range v {
+		terms[i] = ast.StringTerm(s)
+	}
+	return ast.ArrayTerm(terms...)
+}
+
+func stringMapTerm(m map[string]string) *ast.Term {
+	items := make([][2]*ast.Term, 0, len(m))
+	for k, v := range m {
+		items = append(items, ast.Item(ast.StringTerm(k), ast.StringTerm(v)))
+	}
+	return ast.ObjectTerm(items...)
+}
+
+// stringOrNull is s, or null when it is empty.
+func stringOrNull(s string) *ast.Term {
+	if s == "" {
+		return ast.NullTerm()
+	}
+	return ast.StringTerm(s)
+}
+
+// memoSalt is what a decision's result depends on beyond the policy and the input
+// fields it reads: the reviews' outcome and the versions of the namespace and node
+// the input was built from. Lengths prefix each part.
+func memoSalt(summary reviewSummary, ns *corev1.Namespace, node *corev1.Node, tenant, group string) []byte {
+	parts := []string{fmt.Sprint(summary.Allowed, summary.Denied), summary.Reason, tenant, group, "", "", ""}
+	if ns != nil {
+		parts[4], parts[5] = string(ns.UID), ns.ResourceVersion
+	}
+	if node != nil {
+		parts[6] = node.ResourceVersion
+	}
+	var b []byte
+	for _, p := range parts {
+		b = fmt.Appendf(b, "%d:%s", len(p), p)
+	}
+	return b
+}

@@ -1,0 +1,135 @@
+package policies
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"sync"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"k8s.io/utils/lru"
+
+	"github.com/sar-bridge/sar-bridge/astjson"
+)
+
+// memoSize bounds the memoised results of one Evaluator (one policy load): the pods
+// of an array job share a handful of entries, distinct specs churn through the rest.
+const memoSize = 4096
+
+// Memo lets EvalValue answer from an earlier evaluation. Salt holds everything the
+// result depends on besides the policy and the input it reads (the caller's review
+// outcome, object versions, mapping generation); a result is reused until Expires.
+// The zero Memo evaluates every time.
+type Memo struct {
+	Salt    []byte
+	Expires time.Time
+}
+
+// MemoOutcome says how EvalValue used the memo.
+type MemoOutcome string
+
+const (
+	MemoHit  MemoOutcome = "hit"
+	MemoMiss MemoOutcome = "miss"
+	// MemoOff: the caller asked for no memo, or the query cannot be memoised.
+	MemoOff MemoOutcome = "off"
+)
+
+// Result is an evaluation's answer. Value is shared with other decisions when it
+// came from the memo: callers must not modify it.
+type Result struct {
+	Value   any
+	Defined bool
+	Memo    MemoOutcome
+}
+
+// memo holds results keyed by the hash of the query path, the caller's salt and the
+// values at the query's input footprint. An Evaluator is built per policy and data
+// load, so a reload starts with an empty memo.
+type memo struct{ entries *lru.Cache }
+
+type memoEntry struct {
+	value   any
+	defined bool
+	expires time.Time
+}
+
+func newMemo(size int) *memo { return &memo{entries: lru.New(size)} }
+
+func (m *memo) get(key [sha256.Size]byte, now time.Time) (memoEntry, bool) {
+	v, ok := m.entries.Get(key)
+	if !ok {
+		return memoEntry{}, false
+	}
+	e := v.(memoEntry)
+	if !now.Before(e.expires) {
+		m.entries.Remove(key)
+		return memoEntry{}, false
+	}
+	return e, true
+}
+
+func (m *memo) add(key [sha256.Size]byte, e memoEntry) { m.entries.Add(key, e) }
+
+// keyBuffers recycles the buffers memo keys are encoded into before hashing.
+var keyBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// memoKey hashes what a memoised result depends on. Lengths prefix the variable
+// parts so that no two different tuples encode alike.
+func memoKey(path []string, salt []byte, fp footprint, input ast.Value) [sha256.Size]byte {
+	bp := keyBuffers.Get().(*[]byte)
+	b := binary.AppendUvarint((*bp)[:0], uint64(len(path)))
+	for _, seg := range path {
+		b = append(binary.AppendUvarint(b, uint64(len(seg))), seg...)
+	}
+	b = append(binary.AppendUvarint(b, uint64(len(salt))), salt...)
+	for _, p := range fp.paths {
+		b = astjson.AppendCanonical(b, astjson.Find(input, p))
+	}
+	key := sha256.Sum256(b)
+	*bp = b
+	keyBuffers.Put(bp)
+	return key
+}
+
+// EvalValue evaluates data.<path...> on an input already in Rego's value form (see
+// astjson), as Eval does, and may answer from the memo (see Memo). A query is
+// memoised only when its input footprint is bounded and it reaches no
+// nondeterministic built-in (see inputFootprint).
+func (e *Evaluator) EvalValue(ctx context.Context, path []string, input ast.Value, m Memo) (Result, error) {
+	p, err := e.prepare(ctx, path)
+	if err != nil || p == nil {
+		return Result{Memo: MemoOff}, err
+	}
+	if m.Salt == nil || !p.footprint.memoisable() {
+		v, defined, err := evalPrepared(ctx, path, p, rego.EvalParsedInput(input))
+		return Result{Value: v, Defined: defined, Memo: MemoOff}, err
+	}
+	key := memoKey(path, m.Salt, p.footprint, input)
+	now := time.Now()
+	if hit, ok := e.memo.get(key, now); ok {
+		return Result{Value: hit.value, Defined: hit.defined, Memo: MemoHit}, nil
+	}
+	v, defined, err := evalPrepared(ctx, path, p, rego.EvalParsedInput(input))
+	if err != nil {
+		return Result{Memo: MemoMiss}, err
+	}
+	if now.Before(m.Expires) {
+		e.memo.add(key, memoEntry{value: v, defined: defined, expires: m.Expires})
+	}
+	return Result{Value: v, Defined: defined, Memo: MemoMiss}, nil
+}
+
+// MemoStatus says whether the document at path can be memoised, and if not why.
+func (e *Evaluator) MemoStatus(ctx context.Context, path []string) (memoisable bool, reason string, err error) {
+	p, err := e.prepare(ctx, path)
+	if err != nil {
+		return false, "", err
+	}
+	if p == nil {
+		return false, "the document is undefined", nil
+	}
+	return p.footprint.memoisable(), p.footprint.reason, nil
+}

@@ -1,0 +1,229 @@
+package policies
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+func memoEvaluator(t *testing.T, module string) *Evaluator {
+	t.Helper()
+	dir := t.TempDir()
+	writeFile(t, dir, "memo.rego", module)
+	e, err := New(context.Background(), Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func value(t *testing.T, s string) ast.Value {
+	t.Helper()
+	v, err := ast.ParseTerm(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Value
+}
+
+func TestInputFootprint(t *testing.T) {
+	tests := []struct {
+		name   string
+		module string
+		paths  string // the footprint, or "" when not memoisable
+		reason string
+	}{
+		{"references", `package m
+d := {"n": input.pod.metadata.name, "c": count(input.pod.spec.containers)}`,
+			`[["pod", "metadata", "name"], ["pod", "spec", "containers"]]`, ""},
+		{"iteration keeps the prefix", `package m
+d contains c.image if some c in input.pod.spec.containers`, `[["pod", "spec", "containers"]]`, ""},
+		{"a key from data keeps the prefix", `package m
+d := input.node.labels[data.m.key]
+key := "tenant"`, `[["node", "labels"]]`, ""},
+		{"functions and else branches", `package m
+d := f(input.pod.spec) if input.operation == "create" else := g(input.pod.metadata.name)
+f(s) := s.nodeName
+g(n) := n`,
+			`[["operation"], ["pod", "metadata", "name"], ["pod", "spec"]]`, ""},
+		{"a longer path is covered by its prefix", `package m
+d := [input.pod, input.pod.spec.nodeName]`, `[["pod"]]`, ""},
+		{"input passed whole", `package m
+d := object.get(input, "pod", {})`, "", "the whole input is read as a value"},
+		{"input bound to a variable", `package m
+d := x if x := input`, "", "the whole input is read as a value"},
+		{"a variable top-level key", `package m
+d := [v | some k; v := input[k]]`, "", "input is read with a key known only at evaluation"},
+		{"with input", `package m
+d := v if v := e with input as {}
+e := input.x`, "", "replaces input"},
+		{"http.send", `package m
+d := http.send({"method": "GET", "url": input.url})`, "", "built-in http.send is nondeterministic"},
+		{"time.now_ns in a function", `package m
+d := f(1)
+f(x) := time.now_ns() + x`, "", "built-in time.now_ns is nondeterministic"},
+		{"unreachable nondeterminism does not count", `package m
+d := input.a
+other := time.now_ns()`, `[["a"]]`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := memoEvaluator(t, tt.module+"\n")
+			p, err := e.prepare(context.Background(), []string{"m", "d"})
+			if err != nil || p == nil {
+				t.Fatalf("prepare: %v", err)
+			}
+			fp := p.footprint
+			if tt.paths == "" {
+				if fp.memoisable() || !strings.Contains(fp.reason, tt.reason) {
+					t.Fatalf("memoisable=%v reason %q, want not memoisable because %q", fp.memoisable(), fp.reason, tt.reason)
+				}
+				return
+			}
+			if !fp.memoisable() {
+				t.Fatalf("not memoisable: %s", fp.reason)
+			}
+			if got, want := fmt.Sprint(fp.paths), strings.ReplaceAll(tt.paths, ", ", " "); got != want {
+				t.Fatalf("paths %s, want %s", got, tt.paths)
+			}
+		})
+	}
+}
+
+// TestMemoKeysOnWhatThePolicyReads fails when a field the policy reads is left out of
+// the key: two inputs differing only there must not share a result.
+func TestMemoKeysOnWhatThePolicyReads(t *testing.T) {
+	e := memoEvaluator(t, `package m
+d := {"name": input.pod.metadata.name, "sa": object.get(input.pod.spec, "serviceAccountName", "default")}
+`)
+	ctx := context.Background()
+	memo := Memo{Salt: []byte("review allowed"), Expires: time.Now().Add(time.Minute)}
+	eval := func(in string, m Memo) Result {
+		t.Helper()
+		r, err := e.EvalValue(ctx, []string{"m", "d"}, value(t, in), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	steps := []struct {
+		name  string
+		in    string
+		memo  Memo
+		want  MemoOutcome
+		name2 string // the result's name
+	}{
+		{"first", `{"pod": {"metadata": {"name": "a", "uid": "1"}, "spec": {}}}`, memo, MemoMiss, "a"},
+		{"same read fields, other uid", `{"pod": {"metadata": {"name": "a", "uid": "2"}, "spec": {}}}`, memo, MemoHit, "a"},
+		{"another name", `{"pod": {"metadata": {"name": "b", "uid": "3"}, "spec": {}}}`, memo, MemoMiss, "b"},
+		{"the first name again", `{"pod": {"metadata": {"name": "a"}, "spec": {}}}`, memo, MemoHit, "a"},
+		{"a field of a read subtree", `{"pod": {"metadata": {"name": "a"}, "spec": {"serviceAccountName": "default"}}}`, memo, MemoMiss, "a"},
+		{"another salt", `{"pod": {"metadata": {"name": "a"}, "spec": {}}}`, Memo{Salt: []byte("review denied"), Expires: memo.Expires}, MemoMiss, "a"},
+		{"no memo asked", `{"pod": {"metadata": {"name": "a"}, "spec": {}}}`, Memo{}, MemoOff, "a"},
+	}
+	for _, s := range steps {
+		r := eval(s.in, s.memo)
+		if r.Memo != s.want || !r.Defined {
+			t.Fatalf("%s: memo %s (defined %v), want %s", s.name, r.Memo, r.Defined, s.want)
+		}
+		if got := r.Value.(map[string]any)["name"]; got != s.name2 {
+			t.Fatalf("%s: name %v, want %s", s.name, got, s.name2)
+		}
+	}
+}
+
+func TestMemoExpires(t *testing.T) {
+	e := memoEvaluator(t, "package m\nd := input.a\n")
+	ctx := context.Background()
+	in := value(t, `{"a": 1}`)
+	for _, tt := range []struct {
+		name    string
+		expires time.Time
+		want    MemoOutcome
+	}{
+		{"already expired: not stored", time.Now().Add(-time.Second), MemoMiss},
+		{"stored", time.Now().Add(50 * time.Millisecond), MemoMiss},
+		{"reused", time.Now().Add(time.Minute), MemoHit},
+	} {
+		r, err := e.EvalValue(ctx, []string{"m", "d"}, in, Memo{Salt: []byte{}, Expires: tt.expires})
+		if err != nil || r.Memo != tt.want {
+			t.Fatalf("%s: %s, %v; want %s", tt.name, r.Memo, err, tt.want)
+		}
+	}
+	time.Sleep(60 * time.Millisecond)
+	r, _ := e.EvalValue(ctx, []string{"m", "d"}, in, Memo{Salt: []byte{}, Expires: time.Now().Add(time.Minute)})
+	if r.Memo != MemoMiss {
+		t.Fatalf("an entry past its expiry answered: %s", r.Memo)
+	}
+}
+
+func TestMemoOffForNondeterministicPolicies(t *testing.T) {
+	e := memoEvaluator(t, "package m\nd := time.now_ns()\n")
+	ctx := context.Background()
+	m := Memo{Salt: []byte{}, Expires: time.Now().Add(time.Minute)}
+	first, err := e.EvalValue(ctx, []string{"m", "d"}, value(t, `{}`), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _ := e.EvalValue(ctx, []string{"m", "d"}, value(t, `{}`), m)
+	if first.Memo != MemoOff || second.Memo != MemoOff || first.Value == second.Value {
+		t.Fatalf("memo %s/%s, values %v/%v: want two fresh evaluations", first.Memo, second.Memo, first.Value, second.Value)
+	}
+	ok, reason, err := e.MemoStatus(ctx, []string{"m", "d"})
+	if err != nil || ok || !strings.Contains(reason, "time.now_ns") {
+		t.Fatalf("MemoStatus = %v, %q, %v", ok, reason, err)
+	}
+}
+
+// TestEvalValueMatchesEval: the parsed-input path gives what the map path gives, on
+// the default policy.
+func TestEvalValueMatchesEval(t *testing.T) {
+	e, err := New(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	path := []string{"interlink", "authz", "decision"}
+	in := testInput(t, setContainerCPU("3"))
+	want, _, err := e.Eval(ctx, path, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := ast.InterfaceToValue(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []Memo{{}, {Salt: []byte("s"), Expires: time.Now().Add(time.Minute)}, {Salt: []byte("s"), Expires: time.Now().Add(time.Minute)}} {
+		got, err := e.EvalValue(ctx, path, parsed, m)
+		if err != nil || !got.Defined || fmt.Sprint(got.Value) != fmt.Sprint(want) {
+			t.Fatalf("memo %s: got %v, %v; want %v", got.Memo, got.Value, err, want)
+		}
+	}
+}
+
+// TestDefaultPolicyIsMemoisable: the default decision stays memoisable, and the pods of
+// an array job (other name, uid, labels, hostname) share its key. An edit that reads
+// input whole (object.get(input, …) counts: the compiler binds input to a variable)
+// or a pod's metadata fails here.
+func TestDefaultPolicyIsMemoisable(t *testing.T) {
+	e, err := New(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.prepare(context.Background(), []string{"interlink", "authz", "decision"})
+	if err != nil || p == nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	if !p.footprint.memoisable() {
+		t.Fatalf("the default decision is not memoisable: %s", p.footprint.reason)
+	}
+	for _, path := range p.footprint.paths {
+		if s := fmt.Sprint(path); strings.HasPrefix(s, `["pod" "metadata"`) || s == `["pod" "spec"]` || s == `["pod"]` || strings.Contains(s, "hostname") {
+			t.Errorf("the default decision reads %s: the pods of one job would not share a memo entry", s)
+		}
+	}
+}

@@ -1,0 +1,292 @@
+package policies
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+)
+
+// precomputeDatas extends baselineDatas with more capped groups than the
+// fast path tabulates every subset of, ties and negative caps.
+func precomputeDatas() map[string]string {
+	datas := maps.Clone(baselineDatas)
+	limits := map[string]any{}
+	for i := range 10 {
+		limits[fmt.Sprintf("g%d", i)] = map[string]any{"cpu": fmt.Sprint(i%4 + 1), "memory": fmt.Sprintf("%dGi", 4-i%3)}
+	}
+	limits["system:serviceaccounts:team-a"] = map[string]any{"cpu": "2", "memory": "-1"}
+	limits["system:authenticated"] = map[string]any{"cpu": "2000m"}
+	b, _ := json.Marshal(map[string]any{"interlink": map[string]any{
+		"limits":         limits,
+		"default_limits": map[string]any{"cpu": "1"},
+		"protected_taints": []any{
+			map[string]any{"key": "hpc.example/gpu", "value": "a100", "allowed_groups": []any{"system:authenticated"}},
+			map[string]any{"key": "hpc.example/gpu", "value": "a100", "allowed_users": []any{"system:serviceaccount:team-a:runner"}},
+		},
+	}})
+	datas["many-groups"] = string(b)
+	return datas
+}
+
+// TestPrecomputeMatchesFallback: the policy gives the same documents with
+// the precomputed document (and so the fast path) as without it, the way
+// the opa CLI or an OPA server evaluates it.
+func TestPrecomputeMatchesFallback(t *testing.T) {
+	inputs := append(baselineInputs(t), wellFormedInputs(t)...)
+	for dname, data := range precomputeDatas() {
+		opts := Options{}
+		var parsed map[string]any
+		if data != "" {
+			opts.DataFile = writeFile(t, t.TempDir(), "data.json", data)
+			var err error
+			if parsed, err = parseData("data.json", []byte(data)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e := newEvaluator(t, opts)
+		plain := inmem.NewFromObjectWithOpts(parsed, inmem.OptReturnASTValuesOnRead(true))
+		for _, doc := range []string{"decision", "allow", "deny", "violations"} {
+			prep := func(store storage.Store) rego.PreparedEvalQuery {
+				pq, err := rego.New(
+					rego.Query("result = data.interlink.authz."+doc),
+					rego.Compiler(e.compiler), rego.Store(store),
+				).PrepareForEval(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return pq
+			}
+			pre, fallback := prep(e.store), prep(plain)
+			for i, in := range inputs {
+				got, _ := json.Marshal(evalResult(t, pre, rego.EvalInput(in)))
+				want, _ := json.Marshal(evalResult(t, fallback, rego.EvalInput(in)))
+				if string(got) != string(want) {
+					ij, _ := json.Marshal(in)
+					t.Errorf("%s, data %s, input %d %s:\nprecomputed %s\n   fallback %s", doc, dname, i, ij, got, want)
+				}
+			}
+		}
+	}
+}
+
+// wellFormedInputs vary the bench input the way real pods differ, keeping
+// every field of the type the bridge sends: the fast path's domain, where
+// baselineInputs mostly exercise odd types.
+func wellFormedInputs(t testing.TB) []any {
+	t.Helper()
+	quantities := []string{"1", "2", "100m", "1500m", "3", "5", "64Mi", "1Gi", "4Gi", "6Gi", "12Gi", "1e3", "4G", "lots"}
+	tolerations := []any{
+		map[string]any{"key": "virtual-node.interlink/no-schedule", "operator": "Exists", "effect": "NoSchedule"},
+		map[string]any{"key": "hpc.example/gpu", "operator": "Equal", "value": "a100"},
+		map[string]any{"key": "hpc.example/gpu", "value": "a100"},
+		map[string]any{"key": "hpc.example/gpu", "value": "v100"},
+		map[string]any{"key": "hpc.example/reserved", "operator": "Equal", "value": "bigmem"},
+		map[string]any{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "tolerationSeconds": 300},
+	}
+	subjects := []any{
+		map[string]any{"username": "system:serviceaccount:team-a:runner", "groups": []any{"system:serviceaccounts", "system:serviceaccounts:team-a", "system:authenticated"}},
+		map[string]any{"username": "system:serviceaccount:team-b:runner", "groups": []any{"system:serviceaccounts:team-b", "system:authenticated"}},
+		map[string]any{"username": "bob", "groups": []any{"system:authenticated", "gpu-users", "g3", "g7"}},
+		map[string]any{"username": "carol", "groups": []any{"g1", "g2", "g9"}},
+		map[string]any{"username": "dave", "groups": []any{}},
+	}
+	var out []any
+	for seed := range 150 {
+		r := rand.New(rand.NewPCG(uint64(seed), 1919))
+		in := benchInput(t)
+		b, _ := json.Marshal(in)
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		spec := m["pod"].(map[string]any)["spec"].(map[string]any)
+		var cs []any
+		for i := range 1 + r.IntN(3) {
+			c := map[string]any{"name": fmt.Sprintf("c%d", i), "image": "busybox"}
+			res := map[string]any{}
+			for _, kind := range []string{"limits", "requests"} {
+				if r.IntN(3) == 0 {
+					continue
+				}
+				q := map[string]any{}
+				for _, name := range []string{"cpu", "memory"} {
+					if r.IntN(4) > 0 {
+						q[name] = quantities[r.IntN(len(quantities))]
+					}
+				}
+				res[kind] = q
+			}
+			if r.IntN(5) > 0 {
+				c["resources"] = res
+			}
+			cs = append(cs, c)
+		}
+		spec["containers"] = cs
+		if r.IntN(3) == 0 {
+			spec["initContainers"] = []any{map[string]any{"name": "init", "resources": map[string]any{"limits": map[string]any{"cpu": quantities[r.IntN(len(quantities))]}}}}
+		}
+		ts := []any{}
+		for range r.IntN(4) {
+			ts = append(ts, tolerations[r.IntN(len(tolerations))])
+		}
+		spec["tolerations"] = ts
+		if r.IntN(4) == 0 {
+			delete(spec, "nodeSelector")
+		}
+		m["subject"] = subjects[r.IntN(len(subjects))]
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestFastPathTaken guards the comparison above: it means little if the
+// fast path decided nothing. With allow mocked, only the general rules'
+// decision would show the mock; every allowed well-formed input must have
+// taken the fast path.
+func TestFastPathTaken(t *testing.T) {
+	for dname, data := range precomputeDatas() {
+		if dname == "odd" || dname == "wrong-types" {
+			continue
+		}
+		opts := Options{}
+		if data != "" {
+			opts.DataFile = writeFile(t, t.TempDir(), "data.json", data)
+		}
+		e := newEvaluator(t, opts)
+		prep := func(q string) rego.PreparedEvalQuery {
+			pq, err := rego.New(rego.Query(q), rego.Compiler(e.compiler), rego.Store(e.store)).PrepareForEval(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pq
+		}
+		mocked := prep(`result = data.interlink.authz.decision with data.interlink.authz.allow as "general"`)
+		allow := prep(`result = data.interlink.authz.allow`)
+		var allowed, fast int
+		for _, in := range wellFormedInputs(t) {
+			if evalResult(t, allow, rego.EvalInput(in)) != true {
+				continue
+			}
+			allowed++
+			if d := evalResult(t, mocked, rego.EvalInput(in)).(map[string]any); d["allowed"] == true {
+				fast++
+			} else if dname != "many-groups" {
+				ij, _ := json.Marshal(in)
+				t.Errorf("data %s: allowed input took the general rules: %s", dname, ij)
+			}
+		}
+		if allowed < 20 || fast < 10 {
+			t.Errorf("data %s: %d well-formed inputs allowed, %d by the fast path", dname, allowed, fast)
+		}
+		t.Logf("data %s: %d well-formed inputs allowed, %d by the fast path", dname, allowed, fast)
+	}
+}
+
+func TestPrecomputeStoredAtLoad(t *testing.T) {
+	e := newEvaluator(t, Options{DataFile: writeFile(t, t.TempDir(), "data.json", benchData)})
+	ctx := context.Background()
+	stored, ok, err := e.Eval(ctx, []string{"sar_bridge", "precomputed", "interlink", "authz"}, nil)
+	if err != nil || !ok {
+		t.Fatalf("stored precomputed document: %v, %v, %v", stored, ok, err)
+	}
+	computed, ok, err := e.Eval(ctx, []string{"interlink", "authz", "_precompute"}, nil)
+	if err != nil || !ok {
+		t.Fatalf("_precompute: %v, %v, %v", computed, ok, err)
+	}
+	if !reflect.DeepEqual(stored, computed) {
+		t.Errorf("stored %v\nwant %v", stored, computed)
+	}
+	caps := stored.(map[string]any)["caps"].(map[string]any)["cpu"].([]any)
+	if top := caps[0].(map[string]any); top["group"] != "gpu-users" || top["raw"] != "64" {
+		t.Errorf("largest cpu cap = %v", top)
+	}
+}
+
+func TestPrecomputeRejected(t *testing.T) {
+	for name, tc := range map[string]struct{ policy, data, want string }{
+		"reads input": {
+			policy: "package p\n\n_precompute := {\"x\": helper}\n\nhelper := input.x\n",
+			want:   "must depend on data only: reads input.x",
+		},
+		"nondeterministic": {
+			policy: "package p\n\n_precompute := {\"t\": time.now_ns()}\n",
+			want:   "calls nondeterministic time.now_ns",
+		},
+		"reads precomputed": {
+			policy: "package p\n\n_precompute := {\"x\": data.sar_bridge.precomputed.q}\n",
+			want:   "reads data.sar_bridge.precomputed.q",
+		},
+		"set": {
+			policy: "package p\n\n_precompute := {\"s\": {1, 2}}\n",
+			want:   "value is not JSON: set",
+		},
+		"reserved data": {
+			policy: "package p\n\n_precompute := {}\n",
+			data:   `{"sar_bridge": {"precomputed": {}}}`,
+			want:   "data must not define data.sar_bridge.precomputed",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir, "p.rego", tc.policy)
+			opts := Options{Dir: dir}
+			if tc.data != "" {
+				opts.DataFile = writeFile(t, t.TempDir(), "data.json", tc.data)
+			}
+			_, err := New(context.Background(), opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPrecomputeOtherPackage(t *testing.T) {
+	// The convention is not tied to the default policy.
+	dir := t.TempDir()
+	writeFile(t, dir, "p.rego", `package team.quota
+
+_precompute := {"total": sum([q | some q in data.quotas])}
+
+_static := s if {
+	s := data.sar_bridge.precomputed.team.quota
+} else := _precompute
+
+total := _static.total
+`)
+	e := newEvaluator(t, Options{Dir: dir, DataFile: writeFile(t, t.TempDir(), "data.json", `{"quotas": {"a": 2, "b": 3}}`)})
+	v, ok, err := e.Eval(context.Background(), []string{"sar_bridge", "precomputed", "team", "quota", "total"}, nil)
+	if err != nil || !ok || fmt.Sprint(v) != "5" {
+		t.Fatalf("stored total = %v, %v, %v", v, ok, err)
+	}
+}
+
+func TestPrecomputeFollowsReload(t *testing.T) {
+	limits := func(cpu string) string {
+		return "interlink:\n  limits:\n    system:serviceaccounts:team-a:\n      cpu: \"" + cpu + "\"\n"
+	}
+	f := newReloadFixture(t, nil, limits("4"))
+	raw := func() any {
+		t.Helper()
+		v := f.eval(t, "sar_bridge", "precomputed", "interlink", "authz", "caps", "cpu")
+		return v.([]any)[0].(map[string]any)["raw"]
+	}
+	if got := raw(); got != "4" {
+		t.Fatalf("cpu cap = %v, want 4", got)
+	}
+	replaceFile(t, filepath.Dir(f.data), "data.yaml", limits("1500m"))
+	f.waitGeneration(t, 1)
+	if got := raw(); got != "1500m" {
+		t.Fatalf("cpu cap after a data reload = %v, want 1500m", got)
+	}
+}
