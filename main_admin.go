@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -27,23 +26,6 @@ import (
 	"github.com/sar-bridge/sar-bridge/mapping"
 	"github.com/sar-bridge/sar-bridge/policies"
 )
-
-// addDecisionFlags registers the flags that shape a decision. The server and the admin
-// commands register them from here, so `check` and `who-can` decide with exactly the
-// server's options and cannot drift from it.
-func (cfg *config) addDecisionFlags(fs *flag.FlagSet) {
-	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "Path to a kubeconfig file; empty uses $KUBECONFIG, else the in-cluster service account.")
-	fs.StringVar(&cfg.kubeconfig, "openshift.kubeconfig", "", "Alias of --kubeconfig (opa-openshift's name).")
-	fs.StringSliceVar(&cfg.mappingPairs, "openshift.mappings", nil, "Tenant to API group mapping, tenant=group (repeatable or comma-separated); tenant \"*\" is the fallback for unmapped tenants.")
-	fs.StringVar(&cfg.mappingsFile, "openshift.mappings-file", "", "File of tenant=group lines (# comments allowed), merged with --openshift.mappings and reloaded when it changes; a broken file is rejected and the last good mappings kept.")
-	fs.StringVar(&cfg.tenantLabel, "tenant.label", "interlink.io/tenant", "Namespace (and node) label naming the tenant; a namespace without it is its own tenant.")
-	fs.StringVar(&cfg.policyDir, "policies", "", "Directory of .rego files that extend the embedded policy; a file named like an embedded one replaces it.")
-	fs.StringVar(&cfg.policyData, "policies.data", "", "JSON or YAML file whose object becomes the policy's data (limits, protected_taints, default_limits under \"interlink\").")
-	fs.BoolVar(&cfg.nodeAccess, "review.node-access", false, "Also require \"use\" on \"nodes\" in the tenant's group, named after the target virtual node.")
-	fs.DurationVar(&cfg.reviewTimeout, "review.timeout", 5*time.Second, "Longest wait for one SubjectAccessReview; past it the decision is a 503, never an allow.")
-	fs.Float32Var(&cfg.kubeQPS, "kube.qps", 50, "Queries per second to the Kubernetes API.")
-	fs.IntVar(&cfg.kubeBurst, "kube.burst", 100, "Burst of queries to the Kubernetes API.")
-}
 
 // adminSyncTimeout bounds the wait for the first list of namespaces and nodes.
 const adminSyncTimeout = 30 * time.Second
@@ -99,7 +81,8 @@ Usage: sar-bridge who-can [flags]
 Flags:
 `
 
-// adminFlags are what a command line of an admin command holds besides cfg.
+// adminFlags are what a command line of an admin command holds besides the shared
+// decisionOptions.
 type adminFlags struct {
 	filenames []string
 	namespace string
@@ -111,12 +94,12 @@ type adminFlags struct {
 }
 
 // newAdminFlagSet returns the flags of an admin command; the shared decision flags are
-// cfg's, the rest a's.
-func newAdminFlagSet(name string, cfg *config, a *adminFlags) *flag.FlagSet {
+// o's, the rest a's.
+func newAdminFlagSet(name string, o *decisionOptions, a *adminFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("sar-bridge "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors and help are printed by the caller
 	fs.Usage = func() {}
-	cfg.addDecisionFlags(fs)
+	o.addFlags(fs)
 	fs.StringVarP(&a.namespace, "namespace", "n", "", "Namespace; empty: the kubeconfig context's.")
 	fs.StringVar(&a.operation, "operation", "create", "The operation decided: create, delete or status.")
 	fs.StringVar(&a.node, "node", "", "The target virtual node.")
@@ -145,36 +128,29 @@ func usageError(stderr io.Writer, name string, err error) int {
 	return exitUsage
 }
 
-// validateAdmin checks the shared flags the way parseFlags does for the server.
-func (cfg *config) validateAdmin(a adminFlags) error {
-	var err error
-	if cfg.mappings, err = mapping.Parse(cfg.mappingPairs); err != nil {
-		return fmt.Errorf("--openshift.mappings: %w", err)
+// validateAdmin checks the shared flags as the server does, then a's, and completes o.
+func (o *decisionOptions) validateAdmin(a adminFlags) error {
+	if err := o.validate(); err != nil {
+		return err
 	}
 	switch {
-	case cfg.tenantLabel == "":
-		return errors.New("--tenant.label must not be empty")
-	case cfg.reviewTimeout <= 0:
-		return errors.New("--review.timeout must be positive")
 	case a.output != "" && a.output != "json":
 		return fmt.Errorf("--output %q: want json or nothing", a.output)
 	case a.operation != "create" && a.operation != "delete" && a.operation != "status":
 		return fmt.Errorf("--operation %q: want create, delete or status", a.operation)
 	}
-	if cfg.kubeconfig == "" {
-		cfg.kubeconfig = os.Getenv("KUBECONFIG") // as the server and kubectl do
-	}
+	o.complete() // $KUBECONFIG, as the server and kubectl do
 	return nil
 }
 
 // adminClient connects as the kubeconfig's user.
-func adminClient(cfg config) (kubernetes.Interface, error) {
-	client, _, err := kube.NewClient(kube.ClientOptions{Kubeconfig: cfg.kubeconfig, QPS: cfg.kubeQPS, Burst: cfg.kubeBurst, UserAgent: "sar-bridge-admin"})
+func adminClient(o decisionOptions) (kubernetes.Interface, error) {
+	client, _, err := o.newClient("sar-bridge-admin")
 	return client, err
 }
 
 // defaultNamespace is --namespace, else the kubeconfig context's, as kubectl reads it.
-func defaultNamespace(cfg config, namespace string) (string, error) {
+func defaultNamespace(cfg decisionOptions, namespace string) (string, error) {
 	if namespace != "" {
 		return namespace, nil
 	}
@@ -190,7 +166,7 @@ func defaultNamespace(cfg config, namespace string) (string, error) {
 }
 
 // loadMappings merges the flags' mappings with the mappings file, once.
-func loadMappings(cfg config) (mapping.Mappings, error) {
+func loadMappings(cfg decisionOptions) (mapping.Mappings, error) {
 	if cfg.mappingsFile == "" {
 		return cfg.mappings, nil
 	}
@@ -208,7 +184,7 @@ func (noCache) Get(context.Context, string) ([]byte, bool, error)        { retur
 func (noCache) Set(context.Context, string, []byte, time.Duration) error { return nil }
 
 // newCheckAuthorizer builds the server's decision pipeline over the live cluster.
-func newCheckAuthorizer(ctx context.Context, cfg config, client kubernetes.Interface, impersonating bool) (*authorizer.Authorizer, error) {
+func newCheckAuthorizer(ctx context.Context, cfg decisionOptions, client kubernetes.Interface, impersonating bool) (*authorizer.Authorizer, error) {
 	mappings, err := loadMappings(cfg)
 	if err != nil {
 		return nil, err
@@ -230,18 +206,14 @@ func newCheckAuthorizer(ctx context.Context, cfg config, client kubernetes.Inter
 	}
 	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff), noCache{},
 		authorizer.CachingReviewerOptions{Timeout: cfg.reviewTimeout})
-	authz := authorizer.New(authorizer.Config{Mappings: mappings, TenantLabel: cfg.tenantLabel, NodeAccess: cfg.nodeAccess}, reviewer, view, evaluator, nil, nil)
+	authz := authorizer.New(cfg.authorizerConfig(mappings), reviewer, view, evaluator, nil, nil)
 	if impersonating {
 		// The impersonation checks are reviews for the caller, which the server
-		// sends for its authenticated callers; here the caller is the kubeconfig's user.
-		impersonation, err := authorizerfactory.DelegatingAuthorizerConfig{
-			SubjectAccessReviewClient: client.AuthorizationV1(),
-			WebhookRetryBackoff:       &kube.DefaultRetryBackoff,
-		}.New()
-		if err != nil {
-			return nil, fmt.Errorf("impersonation authorizer: %w", err)
+		// sends for its authenticated callers; here the caller is the kubeconfig's user,
+		// and nothing is cached.
+		if err := setImpersonation(authz, client, 0, 0); err != nil {
+			return nil, err
 		}
-		authz.SetImpersonationAuthorizer(impersonation)
 	}
 	return authz, nil
 }
@@ -263,7 +235,7 @@ func withKubeconfigUser(ctx context.Context, client kubernetes.Interface) (conte
 
 // runCheck is `sar-bridge check`; it returns the exit code.
 func runCheck(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	var cfg config
+	var cfg decisionOptions
 	var a adminFlags
 	fs := newAdminFlagSet("check", &cfg, &a)
 	fs.StringArrayVarP(&a.filenames, "filename", "f", nil, "File of Pods or workloads to check (repeatable); - reads stdin.")
@@ -301,7 +273,7 @@ func runCheck(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // check reads the pods and decides each one.
-func check(ctx context.Context, cfg config, a adminFlags, stdin io.Reader) ([]admin.Outcome, error) {
+func check(ctx context.Context, cfg decisionOptions, a adminFlags, stdin io.Reader) ([]admin.Outcome, error) {
 	client, err := adminClient(cfg)
 	if err != nil {
 		return nil, err
@@ -352,7 +324,7 @@ func readPods(filenames []string, stdin io.Reader, namespace string, explicit bo
 
 // runWhoCan is `sar-bridge who-can`; it returns the exit code.
 func runWhoCan(args []string, stdout, stderr io.Writer) int {
-	var cfg config
+	var cfg decisionOptions
 	var a adminFlags
 	fs := newAdminFlagSet("who-can", &cfg, &a)
 	fs.Lookup("namespace").Usage = "Only this namespace; empty: every namespace whose tenant is mapped."
@@ -390,7 +362,7 @@ func runWhoCan(args []string, stdout, stderr io.Writer) int {
 }
 
 // whoCan lists the candidates of the target namespaces and confirms each one.
-func whoCan(ctx context.Context, cfg config, a adminFlags) ([]admin.Row, error) {
+func whoCan(ctx context.Context, cfg decisionOptions, a adminFlags) ([]admin.Row, error) {
 	client, err := adminClient(cfg)
 	if err != nil {
 		return nil, err

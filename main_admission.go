@@ -66,9 +66,9 @@ func (c *admissionConfig) validate() error {
 // admissionHandler returns the webhooks for the public listener, wrapped with caller
 // authentication unless --admission.insecure-allow-any-caller; nil when the public
 // listener has no TLS (the API server calls webhooks over HTTPS only).
-func admissionHandler(cfg config, decider admission.Decider, view nodeView, client kubernetes.Interface, tlsOn bool,
+func admissionHandler(o serveOptions, decider admission.Decider, view nodeView, client kubernetes.Interface, tlsOn bool,
 	authenticate func(http.Handler) http.Handler, reg prometheus.Registerer, logger log.Logger) (http.Handler, error) {
-	c := cfg.admission
+	c := o.admission
 	if !tlsOn {
 		level.Info(logger).Log("msg", "admission webhooks not served: the public listener has no TLS (--tls.server.cert-file)")
 		return nil, nil

@@ -83,8 +83,8 @@ func (c *interlinkConfig) validate() error {
 
 // startInterlink listens on --interlink.listen and serves the relay in g until ctx is
 // done, then shuts it down like the other listeners. It does nothing when the relay is off.
-func startInterlink(ctx context.Context, g *errgroup.Group, cfg config, decider interlink.Decider, reg prometheus.Registerer, logger log.Logger) error {
-	c := cfg.interlink
+func startInterlink(ctx context.Context, g *errgroup.Group, o serveOptions, decider interlink.Decider, reg prometheus.Registerer, logger log.Logger) error {
+	c := o.interlink
 	if c.listen == "" {
 		return nil
 	}
@@ -118,8 +118,8 @@ func startInterlink(ctx context.Context, g *errgroup.Group, cfg config, decider 
 	})
 	g.Go(func() error {
 		<-ctx.Done()
-		time.Sleep(cfg.shutdownDelay)
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdown)
+		time.Sleep(o.web.shutdownDelay)
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), o.web.shutdown)
 		defer cancel()
 		if err := srv.Shutdown(shutdownCtx); err != nil {
 			// Followed logs never end by themselves: cut them rather than fail the exit.

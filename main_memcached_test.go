@@ -53,8 +53,8 @@ func TestParseMemcachedFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.memcachedSecurity != tt.want {
-				t.Errorf("memcached security = %+v, want %+v", cfg.memcachedSecurity, tt.want)
+			if cfg.cache.memcachedSecurity != tt.want {
+				t.Errorf("memcached security = %+v, want %+v", cfg.cache.memcachedSecurity, tt.want)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -10,47 +11,73 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/sar-bridge/sar-bridge/authn"
 	"github.com/sar-bridge/sar-bridge/authorizer"
 	"github.com/sar-bridge/sar-bridge/kube"
 )
 
-// addOpenShiftFlags registers the flags that bound what one opa-openshift request, or
-// a stream of pod decisions for a missing namespace, costs the Kubernetes API.
-func (cfg *config) addOpenShiftFlags(fs *flag.FlagSet) {
-	fs.IntVar(&cfg.openshift.MaxSelectorNamespaces, "opa.max-selector-namespaces", authorizer.DefaultMaxSelectorNamespaces,
-		"opa-openshift compatibility: most distinct namespaces one request may name in extras.selectors; more is a 400. Only namespaces the bridge's informer knows are reviewed.")
-	fs.DurationVar(&cfg.notFoundTTL, "informer.not-found-ttl", kube.DefaultNotFoundTTL,
-		"How long a namespace the Kubernetes API reported missing is answered as missing without asking again (forgotten at once when the informer sees it created). 0: ask every time.")
+// Names in opa-openshift's own validation: a Rego package and rule.
+var (
+	opaPackagePattern = regexp.MustCompile(`^[_A-Za-z]\w*(\.[_A-Za-z]\w*)*$`)
+	opaRulePattern    = regexp.MustCompile(`^[_A-Za-z]\w*$`)
+)
+
+// openshiftOptions configure the opa-openshift compatibility (--opa.*).
+type openshiftOptions struct {
+	pkg         string
+	rule        string
+	matcher     string
+	skipTenants string
+	adminGroups string
+
+	// Filled by the flags, then by validate.
+	config authorizer.OpenShiftConfig
 }
 
-// checkOpenShiftFlags validates the flags of addOpenShiftFlags.
-func (cfg *config) checkOpenShiftFlags() error {
+func (o *openshiftOptions) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.pkg, "opa.package", "", "opa-openshift compatibility: Rego package whose --opa.rule answers opa-openshift's request shape, e.g. lokistack (served at /v1/data/lokistack/allow). Empty: not served.")
+	fs.StringVar(&o.rule, "opa.rule", "allow", "opa-openshift compatibility: the rule of --opa.package.")
+	fs.StringVar(&o.matcher, "opa.matcher", "", "opa-openshift compatibility: comma-separated label names; read answers then carry a matcher listing the namespaces the subject may read.")
+	fs.StringVar(&o.config.MatcherOp, "opa.matcher-op", "", "opa-openshift compatibility: matcherOp of the answer (and|or); empty leaves it out.")
+	fs.StringVar(&o.skipTenants, "opa.skip-tenants", "", "opa-openshift compatibility: comma-separated tenants answered without a matcher.")
+	fs.StringVar(&o.adminGroups, "opa.admin-groups", "", "opa-openshift compatibility: comma-separated groups whose members get no matcher.")
+	fs.BoolVar(&o.config.SSAR, "opa.ssar", false, "opa-openshift compatibility: review with the caller's X-Forwarded-Access-Token (SelfSubjectAccessReview) instead of the body's subject and groups.")
+	fs.BoolVar(&o.config.ViaQToOTelMigration, "opa.viaq-to-otel-migration", false, "opa-openshift compatibility: --opa.matcher names both kubernetes_namespace_name and k8s_namespace_name; each request keeps the one its selectors use.")
+	// Bounds what one opa-openshift request costs the Kubernetes API.
+	fs.IntVar(&o.config.MaxSelectorNamespaces, "opa.max-selector-namespaces", authorizer.DefaultMaxSelectorNamespaces,
+		"opa-openshift compatibility: most distinct namespaces one request may name in extras.selectors; more is a 400. Only namespaces the bridge's informer knows are reviewed.")
+}
+
+// validate checks the flags and turns them into the compatibility settings.
+func (o *openshiftOptions) validate() error {
 	switch {
-	case cfg.openshift.MaxSelectorNamespaces < 1:
+	case o.pkg != "" && !opaPackagePattern.MatchString(o.pkg):
+		return fmt.Errorf("--opa.package %q is not a Rego package name", o.pkg)
+	case !opaRulePattern.MatchString(o.rule):
+		return fmt.Errorf("--opa.rule %q is not a Rego rule name", o.rule)
+	case o.pkg == "" && (o.matcher != "" || o.config.SSAR || o.skipTenants != "" || o.adminGroups != ""):
+		return errors.New("--opa.matcher, --opa.ssar, --opa.skip-tenants and --opa.admin-groups need --opa.package")
+	}
+	if o.pkg != "" {
+		o.config.Path = append(strings.Split(o.pkg, "."), o.rule)
+	}
+	o.config.Matchers = splitList(o.matcher)
+	o.config.SkipTenants = splitList(o.skipTenants)
+	o.config.AdminGroups = splitList(o.adminGroups)
+	switch {
+	case o.config.ViaQToOTelMigration && (!slices.Contains(o.config.Matchers, "kubernetes_namespace_name") || !slices.Contains(o.config.Matchers, "k8s_namespace_name")):
+		return errors.New("--opa.viaq-to-otel-migration needs --opa.matcher to name both kubernetes_namespace_name and k8s_namespace_name")
+	case o.config.MaxSelectorNamespaces < 1:
 		return errors.New("--opa.max-selector-namespaces must be at least 1")
-	case cfg.notFoundTTL < 0:
-		return errors.New("--informer.not-found-ttl must not be negative")
 	}
 	return nil
-}
-
-// callerAudiences are the audiences of callers' own tokens. Under --opa.ssar the
-// forwarded tokens use --authn.audiences too, so the flag is legitimate without
-// --authn.mode=token; the caller filter then gets none.
-func (cfg *config) callerAudiences() []string {
-	if cfg.openshift.SSAR && cfg.authnMode != string(authn.ModeToken) {
-		return nil
-	}
-	return cfg.authnAudiences
 }
 
 // enableOpenShift serves opa-openshift's request shape when --opa.package is set. It
 // refuses a route that overlaps a document of the pod-decision policy (docs), and
 // under --opa.ssar builds the bridge's one SelfSubjectAccessReview client and the
 // TokenReview that names each forwarded token's bearer.
-func enableOpenShift(cfg config, authz *authorizer.Authorizer, view *kube.ClusterView, client kubernetes.Interface, restConfig *rest.Config, docs [][]string) error {
-	path := cfg.openshift.Path
+func enableOpenShift(o serveOptions, authz *authorizer.Authorizer, view *kube.ClusterView, client kubernetes.Interface, restConfig *rest.Config, docs [][]string) error {
+	path := o.openshift.config.Path
 	if path == nil {
 		return nil
 	}
@@ -61,17 +88,17 @@ func enableOpenShift(cfg config, authz *authorizer.Authorizer, view *kube.Cluste
 			strings.Join(path[:len(path)-1], "."), path[len(path)-1], strings.Join(path, "."), strings.Join(doc, "."))
 	}
 	var ssar authorizer.OpenShiftSSAR
-	if cfg.openshift.SSAR {
+	if o.openshift.config.SSAR {
 		reviewer, err := kube.NewSelfSubjectAccessReviewer(restConfig, kube.DefaultRetryBackoff)
 		if err != nil {
 			return fmt.Errorf("--opa.ssar: %w", err)
 		}
 		ssar = authorizer.OpenShiftSSAR{Reviewer: reviewer, Tokens: kube.NewTokenAuthenticator(client, kube.TokenReviewOptions{
-			Audiences: cfg.authnAudiences, SuccessTTL: cfg.callerCacheSuccess, FailureTTL: cfg.callerCacheFailure,
+			Audiences: o.authn.audiences, SuccessTTL: o.authn.cacheSuccess, FailureTTL: o.authn.cacheFailure,
 			Backoff: kube.DefaultRetryBackoff,
 		})}
 	}
-	authz.EnableOpenShift(cfg.openshift, view, ssar)
+	authz.EnableOpenShift(o.openshift.config, view, ssar)
 	return nil
 }
 

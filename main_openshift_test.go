@@ -48,27 +48,27 @@ func TestOpenShiftFlags(t *testing.T) {
 		name    string
 		args    []string
 		wantErr string
-		check   func(t *testing.T, cfg config)
+		check   func(t *testing.T, cfg serveOptions)
 	}{
-		{name: "defaults", check: func(t *testing.T, cfg config) {
-			if cfg.openshift.MaxSelectorNamespaces != 300 || cfg.notFoundTTL.Seconds() != 5 {
-				t.Errorf("max selector namespaces %d, not-found TTL %s; want 300, 5s", cfg.openshift.MaxSelectorNamespaces, cfg.notFoundTTL)
+		{name: "defaults", check: func(t *testing.T, cfg serveOptions) {
+			if cfg.openshift.config.MaxSelectorNamespaces != 300 || cfg.informer.notFoundTTL.Seconds() != 5 {
+				t.Errorf("max selector namespaces %d, not-found TTL %s; want 300, 5s", cfg.openshift.config.MaxSelectorNamespaces, cfg.informer.notFoundTTL)
 			}
 		}},
-		{name: "set", args: []string{"--opa.max-selector-namespaces=20", "--informer.not-found-ttl=0"}, check: func(t *testing.T, cfg config) {
-			if cfg.openshift.MaxSelectorNamespaces != 20 || cfg.notFoundTTL != 0 {
-				t.Errorf("got %d, %s", cfg.openshift.MaxSelectorNamespaces, cfg.notFoundTTL)
+		{name: "set", args: []string{"--opa.max-selector-namespaces=20", "--informer.not-found-ttl=0"}, check: func(t *testing.T, cfg serveOptions) {
+			if cfg.openshift.config.MaxSelectorNamespaces != 20 || cfg.informer.notFoundTTL != 0 {
+				t.Errorf("got %d, %s", cfg.openshift.config.MaxSelectorNamespaces, cfg.informer.notFoundTTL)
 			}
 		}},
 		{name: "zero selector namespaces", args: []string{"--opa.max-selector-namespaces=0"}, wantErr: "--opa.max-selector-namespaces must be at least 1"},
 		{name: "negative TTL", args: []string{"--informer.not-found-ttl=-1s"}, wantErr: "--informer.not-found-ttl must not be negative"},
 		{name: "audiences for forwarded tokens without caller tokens",
-			args: []string{"--opa.package=lokistack", "--opa.ssar", "--authn.audiences=observatorium"}, check: func(t *testing.T, cfg config) {
-				if cfg.callerAudiences() != nil || !slices.Equal(cfg.authnAudiences, []string{"observatorium"}) {
-					t.Errorf("caller audiences %q, forwarded-token audiences %q", cfg.callerAudiences(), cfg.authnAudiences)
+			args: []string{"--opa.package=lokistack", "--opa.ssar", "--authn.audiences=observatorium"}, check: func(t *testing.T, cfg serveOptions) {
+				if cfg.callerAudiences() != nil || !slices.Equal(cfg.authn.audiences, []string{"observatorium"}) {
+					t.Errorf("caller audiences %q, forwarded-token audiences %q", cfg.callerAudiences(), cfg.authn.audiences)
 				}
 			}},
-		{name: "audiences of caller tokens", args: []string{"--authn.mode=token", "--authn.audiences=a"}, check: func(t *testing.T, cfg config) {
+		{name: "audiences of caller tokens", args: []string{"--authn.mode=token", "--authn.audiences=a"}, check: func(t *testing.T, cfg serveOptions) {
 			if !slices.Equal(cfg.callerAudiences(), []string{"a"}) {
 				t.Errorf("caller audiences %q", cfg.callerAudiences())
 			}

@@ -11,23 +11,23 @@ func TestParseFlags(t *testing.T) {
 		name    string
 		args    []string
 		wantErr string
-		check   func(t *testing.T, cfg config)
+		check   func(t *testing.T, cfg serveOptions)
 	}{
-		{name: "defaults", check: func(t *testing.T, cfg config) {
-			if cfg.authnMode != "token" {
-				t.Errorf("authn mode on :8080 = %q, want token", cfg.authnMode)
+		{name: "defaults", check: func(t *testing.T, cfg serveOptions) {
+			if cfg.authn.mode != "token" {
+				t.Errorf("authn mode on :8080 = %q, want token", cfg.authn.mode)
 			}
-			if cfg.webListen != ":8080" || cfg.internalListen != ":8081" || cfg.tenantLabel != "interlink.io/tenant" ||
-				cfg.allowedTTL != 5*time.Minute || cfg.deniedTTL != 30*time.Second || cfg.nodeAccess {
+			if cfg.web.listen != ":8080" || cfg.web.internalListen != ":8081" || cfg.decision.tenantLabel != "interlink.io/tenant" ||
+				cfg.cache.allowedTTL != 5*time.Minute || cfg.cache.deniedTTL != 30*time.Second || cfg.decision.nodeAccess {
 				t.Errorf("unexpected defaults: %+v", cfg)
 			}
 		}},
 		{name: "mappings repeated and comma separated", args: []string{"--openshift.mappings", "a=a.io,b=b.io", "--openshift.mappings=*=x.io"},
-			check: func(t *testing.T, cfg config) {
-				if g, _ := cfg.mappings.Group("b"); g != "b.io" {
+			check: func(t *testing.T, cfg serveOptions) {
+				if g, _ := cfg.decision.mappings.Group("b"); g != "b.io" {
 					t.Errorf("b -> %q", g)
 				}
-				if g, _ := cfg.mappings.Group("zzz"); g != "x.io" {
+				if g, _ := cfg.decision.mappings.Group("zzz"); g != "x.io" {
 					t.Errorf("fallback -> %q", g)
 				}
 			}},
@@ -39,14 +39,14 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad duration", args: []string{"--review.timeout=soon"}, wantErr: `invalid argument "soon"`},
 		{name: "empty tenant label", args: []string{"--tenant.label="}, wantErr: "--tenant.label must not be empty"},
 		{name: "loopback defaults to no caller authentication", args: []string{"--web.listen=127.0.0.1:8080"},
-			check: func(t *testing.T, cfg config) {
-				if cfg.authnMode != "none" {
-					t.Errorf("authn mode = %q, want none", cfg.authnMode)
+			check: func(t *testing.T, cfg serveOptions) {
+				if cfg.authn.mode != "none" {
+					t.Errorf("authn mode = %q, want none", cfg.authn.mode)
 				}
 			}},
 		{name: "none on all interfaces refused", args: []string{"--authn.mode=none"}, wantErr: `--authn.mode=none on --web.listen ":8080" would answer any caller`},
 		{name: "none on all interfaces when insisted", args: []string{"--authn.mode=none", "--authn.insecure-allow-any-caller"},
-			check: func(t *testing.T, cfg config) {}},
+			check: func(t *testing.T, cfg serveOptions) {}},
 		{name: "unknown authn mode", args: []string{"--authn.mode=basic"}, wantErr: "--authn.mode"},
 		{name: "mtls needs certificates", args: []string{"--authn.mode=mtls"}, wantErr: "--authn.mode=mtls needs"},
 		{name: "client CA without mtls", args: []string{"--tls.client-ca-file=ca.pem"}, wantErr: "only used with --authn.mode=mtls"},
@@ -55,9 +55,9 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad cipher suite", args: []string{"--tls.cipher-suites=TLS_FAKE"}, wantErr: "--tls.cipher-suites"},
 		{name: "unsupported opa-openshift flag", args: []string{"--debug.token=x"}, wantErr: "--debug.token is not supported by sar-bridge"},
 		{name: "opa-openshift flags", args: []string{"--opa.package=lokistack", "--opa.matcher=kubernetes_namespace_name,k8s_namespace_name", "--opa.viaq-to-otel-migration", "--opa.skip-tenants=audit,infrastructure"},
-			check: func(t *testing.T, cfg config) {
-				if strings.Join(cfg.openshift.Path, "/") != "lokistack/allow" || len(cfg.openshift.Matchers) != 2 || len(cfg.openshift.SkipTenants) != 2 {
-					t.Errorf("openshift config = %+v", cfg.openshift)
+			check: func(t *testing.T, cfg serveOptions) {
+				if strings.Join(cfg.openshift.config.Path, "/") != "lokistack/allow" || len(cfg.openshift.config.Matchers) != 2 || len(cfg.openshift.config.SkipTenants) != 2 {
+					t.Errorf("openshift config = %+v", cfg.openshift.config)
 				}
 			}},
 		{name: "bad opa package", args: []string{"--opa.package=loki-stack"}, wantErr: `--opa.package "loki-stack" is not a Rego package name`},

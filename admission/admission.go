@@ -249,20 +249,20 @@ func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest,
 	case err != nil:
 		return nil, resultError, err
 	}
-	v, err := readDecision(d)
+	v, err := authorizer.ReadVerdict(d)
 	if err != nil {
 		return nil, resultError, fmt.Errorf("decision %s: %w", d.ID, err)
 	}
-	if !v.allowed {
+	if !v.Allowed {
 		if mutate {
 			// Nothing to add to a pod the validating webhook refuses with this reason.
 			return withDecision(allowed(), d.ID), resultDenied, nil
 		}
-		return denied(http.StatusForbidden, metav1.StatusReasonForbidden, v.reason, d.ID), resultDenied, nil
+		return denied(http.StatusForbidden, metav1.StatusReasonForbidden, v.Reason, d.ID), resultDenied, nil
 	}
 	resp := withDecision(allowed(), d.ID)
 	if mutate {
-		patch, err := buildPatch(s.raw, v.mods)
+		patch, err := buildPatch(s.raw, v.Modifications)
 		if err != nil {
 			return nil, resultError, fmt.Errorf("decision %s: building the patch: %w", d.ID, err)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/sar-bridge/sar-bridge/authorizer"
 )
 
 // patchOp is one RFC 6902 operation.
@@ -36,14 +38,14 @@ type patchContainer struct {
 // buildPatch returns the JSONPatch that applies m to the raw pod, or nil when m changes
 // nothing. The policy's annotations win over the pod's own (a billing project is not the
 // user's to choose); limits go only to containers that set none, as in the relay.
-func buildPatch(rawPod []byte, m modifications) ([]byte, error) {
+func buildPatch(rawPod []byte, m authorizer.Modifications) ([]byte, error) {
 	var pod patchPod
 	if err := json.Unmarshal(rawPod, &pod); err != nil {
 		return nil, fmt.Errorf("reading the pod: %w", err)
 	}
-	ops := annotationOps(pod.Metadata.Annotations, m.annotations)
-	ops = append(ops, limitOps("/spec/containers", pod.Spec.Containers, m.limits)...)
-	ops = append(ops, limitOps("/spec/initContainers", pod.Spec.InitContainers, m.limits)...)
+	ops := annotationOps(pod.Metadata.Annotations, m.Annotations)
+	ops = append(ops, limitOps("/spec/containers", pod.Spec.Containers, m.Limits)...)
+	ops = append(ops, limitOps("/spec/initContainers", pod.Spec.InitContainers, m.Limits)...)
 	if len(ops) == 0 {
 		return nil, nil
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+
+	"github.com/sar-bridge/sar-bridge/authorizer"
 )
 
 func TestBuildPatch(t *testing.T) {
@@ -14,7 +16,7 @@ func TestBuildPatch(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		pod       string
-		mods      modifications
+		mods      authorizer.Modifications
 		wantPatch string // "" = no patch
 		wantPod   string
 	}{
@@ -23,40 +25,40 @@ func TestBuildPatch(t *testing.T) {
 		},
 		{
 			name: "annotations created when absent",
-			pod:  `{"metadata":{"name":"p"},"spec":{"containers":[]}}`, mods: modifications{annotations: billing},
+			pod:  `{"metadata":{"name":"p"},"spec":{"containers":[]}}`, mods: authorizer.Modifications{Annotations: billing},
 			wantPatch: `[{"op":"add","path":"/metadata/annotations","value":{"interlink.io/billing-project":"proj-7"}}]`,
 			wantPod:   `{"metadata":{"name":"p","annotations":{"interlink.io/billing-project":"proj-7"}},"spec":{"containers":[]}}`,
 		},
 		{
-			name: "annotations null", pod: `{"metadata":{"annotations":null},"spec":{}}`, mods: modifications{annotations: billing},
+			name: "annotations null", pod: `{"metadata":{"annotations":null},"spec":{}}`, mods: authorizer.Modifications{Annotations: billing},
 			wantPatch: `[{"op":"add","path":"/metadata/annotations","value":{"interlink.io/billing-project":"proj-7"}}]`,
 			wantPod:   `{"metadata":{"annotations":{"interlink.io/billing-project":"proj-7"}},"spec":{}}`,
 		},
 		{
 			name: "annotation added beside others, slash escaped", pod: `{"metadata":{"annotations":{"a":"b"}},"spec":{}}`,
-			mods:      modifications{annotations: map[string]string{"interlink.io/billing-project": "proj-7", "x~y": "z"}},
+			mods:      authorizer.Modifications{Annotations: map[string]string{"interlink.io/billing-project": "proj-7", "x~y": "z"}},
 			wantPatch: `[{"op":"add","path":"/metadata/annotations/interlink.io~1billing-project","value":"proj-7"},{"op":"add","path":"/metadata/annotations/x~0y","value":"z"}]`,
 			wantPod:   `{"metadata":{"annotations":{"a":"b","interlink.io/billing-project":"proj-7","x~y":"z"}},"spec":{}}`,
 		},
 		{
-			name: "policy value replaces the pod's", pod: `{"metadata":{"annotations":{"interlink.io/billing-project":"mine"}},"spec":{}}`, mods: modifications{annotations: billing},
+			name: "policy value replaces the pod's", pod: `{"metadata":{"annotations":{"interlink.io/billing-project":"mine"}},"spec":{}}`, mods: authorizer.Modifications{Annotations: billing},
 			wantPatch: `[{"op":"replace","path":"/metadata/annotations/interlink.io~1billing-project","value":"proj-7"}]`,
 			wantPod:   `{"metadata":{"annotations":{"interlink.io/billing-project":"proj-7"}},"spec":{}}`,
 		},
 		{
-			name: "same value: no patch", pod: `{"metadata":{"annotations":{"interlink.io/billing-project":"proj-7"}},"spec":{}}`, mods: modifications{annotations: billing},
+			name: "same value: no patch", pod: `{"metadata":{"annotations":{"interlink.io/billing-project":"proj-7"}},"spec":{}}`, mods: authorizer.Modifications{Annotations: billing},
 		},
 		{
 			name: "limits for containers without limits only",
 			pod:  `{"metadata":{},"spec":{"initContainers":[{"name":"init"}],"containers":[{"name":"main","resources":{}},{"name":"side","resources":{}},{"name":"capped","resources":{"limits":{"cpu":"2"}}}]}}`,
-			mods: modifications{limits: map[string]map[string]string{"main": {"cpu": "1", "memory": "1Gi"}, "init": {"cpu": "1"}, "capped": {"cpu": "1"}}},
+			mods: authorizer.Modifications{Limits: map[string]map[string]string{"main": {"cpu": "1", "memory": "1Gi"}, "init": {"cpu": "1"}, "capped": {"cpu": "1"}}},
 			wantPatch: `[{"op":"add","path":"/spec/containers/0/resources/limits","value":{"cpu":"1","memory":"1Gi"}},` +
 				`{"op":"add","path":"/spec/initContainers/0/resources","value":{"limits":{"cpu":"1"}}}]`,
 			wantPod: `{"metadata":{},"spec":{"initContainers":[{"name":"init","resources":{"limits":{"cpu":"1"}}}],"containers":[{"name":"main","resources":{"limits":{"cpu":"1","memory":"1Gi"}}},{"name":"side","resources":{}},{"name":"capped","resources":{"limits":{"cpu":"2"}}}]}}`,
 		},
 		{
 			name: "null or empty limits count as none", pod: `{"metadata":{},"spec":{"containers":[{"name":"main","resources":{"limits":null}},{"name":"init","resources":{"limits":{}}}]}}`,
-			mods:      modifications{limits: limits},
+			mods:      authorizer.Modifications{Limits: limits},
 			wantPatch: `[{"op":"add","path":"/spec/containers/0/resources/limits","value":{"cpu":"1","memory":"1Gi"}},{"op":"add","path":"/spec/containers/1/resources/limits","value":{"cpu":"1"}}]`,
 			wantPod:   `{"metadata":{},"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"1","memory":"1Gi"}}},{"name":"init","resources":{"limits":{"cpu":"1"}}}]}}`,
 		},
@@ -95,7 +97,7 @@ func TestBuildPatch(t *testing.T) {
 }
 
 func TestBuildPatchBadPod(t *testing.T) {
-	if _, err := buildPatch([]byte(`{"spec":{"containers":{}}}`), modifications{limits: map[string]map[string]string{"a": {"cpu": "1"}}}); err == nil {
+	if _, err := buildPatch([]byte(`{"spec":{"containers":{}}}`), authorizer.Modifications{Limits: map[string]map[string]string{"a": {"cpu": "1"}}}); err == nil {
 		t.Fatal("want an error for containers that are not a list")
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-kit/log"
-	"github.com/go-kit/log/level"
 	"github.com/google/uuid"
 	"github.com/open-policy-agent/opa/v1/ast"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -90,6 +89,7 @@ type Authorizer struct {
 	logger    log.Logger
 	openshift *openshiftMode // nil: opa-openshift requests are not served
 	objects   objectValues   // namespaces and nodes as input values, by version
+	specs     podSpecs       // pod specs that decoded strictly before
 	// impersonation answers whether a caller may impersonate the identity it sends in
 	// input.user; nil refuses every input.user.
 	impersonation k8sauthorizer.Authorizer
@@ -106,7 +106,7 @@ func New(cfg Config, reviewer *CachingReviewer, view ClusterView, evaluator Eval
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	return &Authorizer{cfg: cfg, reviewer: reviewer, view: view, evaluator: evaluator, metrics: metrics, logger: logger, objects: newObjectValues()}
+	return &Authorizer{cfg: cfg, reviewer: reviewer, view: view, evaluator: evaluator, metrics: metrics, logger: logger, objects: newObjectValues(), specs: newPodSpecs()}
 }
 
 // Decision is the answer to one request.
@@ -134,26 +134,22 @@ func (a *Authorizer) DecideAs(ctx context.Context, path []string, rawInput json.
 
 // decidePod decides a pod request; trusted, when set, is the subject to review.
 func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json.RawMessage, trusted *Subject) (Decision, error) {
-	start := time.Now()
 	d := Decision{ID: uuid.NewString()}
-	logFields := append([]any{"decision_id", d.ID, "path", strings.Join(path, "/")}, logFieldsFrom(ctx)...)
-	outcome := "error"
-	defer func() {
-		a.metrics.decisions.WithLabelValues(outcome).Inc()
-		a.metrics.decisionDuration.Observe(time.Since(start).Seconds())
-	}()
+	rec := a.beginDecision(append([]any{"decision_id", d.ID, "path", strings.Join(path, "/")}, logFieldsFrom(ctx)...)...)
+	defer rec.end()
 
-	req, err := decodePodInput(rawInput)
+	req, err := decodePodInput(rawInput, a.specs)
 	if err != nil {
-		level.Info(a.logger).Log(append(logFields, "msg", "rejected request", "err", err)...)
+		rec.failed(true, "rejected request", err)
 		return d, err
 	}
 	if err := a.waitForSync(ctx); err != nil {
 		return d, err
 	}
+	rec.add("client", callerName(ctx))
 	subject, err := a.subjectOf(ctx, req, trusted)
 	if err != nil {
-		level.Info(a.logger).Log(append(logFields, "client", callerName(ctx), "msg", "rejected input.user", "err", err)...)
+		rec.failed(true, "rejected input.user", err)
 		return d, err
 	}
 	pod := req.Pod
@@ -163,14 +159,14 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 	if req.NodeName == "" {
 		req.NodeName = pod.Spec.NodeName
 	}
-	logFields = append(logFields, "client", callerName(ctx), "subject", subject.Username, "namespace", pod.Namespace, "pod", pod.Name, "operation", req.Operation)
+	rec.add("subject", subject.Username, "namespace", pod.Namespace, "pod", pod.Name, "operation", req.Operation)
 
 	t, err := a.reviewTenant(ctx, req, subject)
+	rec.add("tenant", t.tenant)
 	if err != nil {
-		level.Error(a.logger).Log(append(logFields, "tenant", t.tenant, "msg", t.failure, "err", err)...)
+		rec.failed(false, t.failure, err)
 		return d, err
 	}
-	logFields = append(logFields, "tenant", t.tenant)
 
 	node, _ := a.view.Node(req.NodeName)
 	in := req.input
@@ -196,21 +192,19 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 
 	var memo policies.Memo
 	if t.memoTTL > 0 {
-		memo = policies.Memo{Salt: memoSalt(t.summary, t.ns, node, t.tenant, t.group), Expires: start.Add(t.memoTTL)}
+		memo = policies.Memo{Salt: memoSalt(t.summary, t.ns, node, t.tenant, t.group), Expires: rec.start.Add(t.memoTTL)}
 	}
 	res, err := a.evaluator.EvalValue(ctx, path, in, memo)
 	if err != nil {
-		level.Error(a.logger).Log(append(logFields, "msg", "policy evaluation failed", "err", err)...)
+		rec.failed(false, "policy evaluation failed", err)
 		return d, fmt.Errorf("evaluating policy: %w", err)
 	}
 	if memo.Salt != nil {
 		a.metrics.memo.WithLabelValues(string(res.Memo)).Inc()
 	}
 	d.Result, d.Defined = res.Value, res.Defined
-	allowed, reason := summarize(d.Result, d.Defined)
-	outcome = allowed
-	level.Info(a.logger).Log(append(logFields, "msg", "decision", "outcome", allowed, "reason", reason,
-		"cache_hit", strconv.FormatBool(t.cacheHit), "memo", string(res.Memo), "duration", time.Since(start).String())...)
+	outcome, reason := summarize(d.Result, d.Defined)
+	rec.decided(outcome, reason, "cache_hit", strconv.FormatBool(t.cacheHit), "memo", string(res.Memo))
 	return d, nil
 }
 

@@ -2,7 +2,7 @@ package authorizer
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -47,11 +47,23 @@ func (u inputUser) subject() (Subject, error) {
 	if u.Username == "" {
 		return Subject{}, fmt.Errorf("input.user.username is required when input.user is given")
 	}
-	groups := append([]string{}, u.Groups...)
-	sort.Strings(groups)
+	groups := slices.Clone(canonical(u.Groups))
+	if groups == nil {
+		groups = []string{}
+	}
 	extra := make(map[string][]string, len(u.Extra))
 	for k, v := range u.Extra {
 		extra[k] = append([]string(nil), v...)
 	}
 	return Subject{Username: u.Username, UID: u.UID, Groups: groups, Extra: extra}, nil
+}
+
+// canonical is the one canonical form of a group list (and of extra values): sorted, v
+// itself when it already is, else a sorted copy. Reviews do not depend on the order, so
+// neither may subjects or review cache keys.
+func canonical(v []string) []string {
+	if slices.IsSorted(v) {
+		return v
+	}
+	return slices.Sorted(slices.Values(v))
 }

@@ -1,6 +1,8 @@
 package authorizer
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -30,7 +32,7 @@ type podRequest struct {
 // "Spec", "Operator" or "ſperator" would otherwise mean one thing to a Go client
 // (encoding/json folds case) and nothing to the policy. A pod with a field newer than
 // this build is refused too, never judged blind.
-func decodePodInput(raw []byte) (podRequest, error) {
+func decodePodInput(raw []byte, specs podSpecs) (podRequest, error) {
 	obj, fields, err := astjson.DecodeObject(raw)
 	if err != nil {
 		return podRequest{}, inputErrorf("input: %v", err)
@@ -52,8 +54,7 @@ func decodePodInput(raw []byte) (podRequest, error) {
 	if _, isObject := pod.Value.(ast.Object); !ok || !isObject {
 		return req, inputErrorf("input.pod is required and must be a JSON object")
 	}
-	req.Pod = &corev1.Pod{}
-	if err := strictUnmarshal(pod.Raw, req.Pod, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields); err != nil {
+	if req.Pod, err = specs.decode(pod.Raw); err != nil {
 		return req, inputErrorf("input.pod is not a valid Pod: %v", err)
 	}
 	if req.Pod.Namespace == "" {
@@ -79,6 +80,61 @@ func decodePodInput(raw []byte) (podRequest, error) {
 		}
 	}
 	return req, nil
+}
+
+// podSpecs remembers the pod specs that decoded strictly, by the hash of their bytes:
+// the pods of one Job or array job carry the same spec, and strict decoding is most of
+// a decision's cost when its policy evaluation comes from the memo. Only what the
+// pipeline reads of a spec is kept.
+type podSpecs struct{ valid *lru.Cache }
+
+// specFields is what the pipeline reads of a pod's spec.
+type specFields struct {
+	serviceAccountName, deprecatedServiceAccount, nodeName string
+}
+
+func newPodSpecs() podSpecs { return podSpecs{valid: lru.New(1024)} }
+
+// decode decodes a pod strictly (see decodePodInput). A spec seen before is not decoded
+// again: the rest of the pod is, as a Pod without spec, so errors read as they would.
+func (p podSpecs) decode(raw []byte) (*corev1.Pod, error) {
+	members, err := astjson.Members(raw)
+	if err != nil {
+		return nil, err
+	}
+	spec, hasSpec := members["spec"]
+	key := sha256.Sum256(spec)
+	if hit, ok := p.valid.Get(key); ok && hasSpec {
+		delete(members, "spec")
+		pod := &corev1.Pod{}
+		if err := strictUnmarshal(joinMembers(members), pod, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields); err != nil {
+			return nil, err
+		}
+		f := hit.(specFields)
+		pod.Spec.ServiceAccountName, pod.Spec.DeprecatedServiceAccount, pod.Spec.NodeName = f.serviceAccountName, f.deprecatedServiceAccount, f.nodeName
+		return pod, nil
+	}
+	pod := &corev1.Pod{}
+	if err := strictUnmarshal(raw, pod, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields); err != nil {
+		return nil, err
+	}
+	if hasSpec {
+		p.valid.Add(key, specFields{pod.Spec.ServiceAccountName, pod.Spec.DeprecatedServiceAccount, pod.Spec.NodeName})
+	}
+	return pod, nil
+}
+
+// joinMembers writes an object of raw members back as JSON.
+func joinMembers(members map[string][]byte) []byte {
+	b := []byte{'{'}
+	for k, v := range members {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		key, _ := json.Marshal(k) // a string always encodes
+		b = append(append(append(b, key...), ':'), v...)
+	}
+	return append(b, '}')
 }
 
 // strictUnmarshal decodes with exact (case-sensitive) field names, and with the given

@@ -3,6 +3,7 @@ package authorizer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,5 +105,40 @@ func TestDecideSeesNewObjectVersions(t *testing.T) {
 	view.namespaces["team-a"] = ns
 	if got := billing(1); got != "proj-8" {
 		t.Fatalf("after the label changed: billing project %v, want proj-8", got)
+	}
+}
+
+// TestPodSpecsDecodeOnce: a spec that decoded strictly is not decoded again, the rest of
+// the pod still is, with the same errors; a spec that failed is never remembered.
+func TestPodSpecsDecodeOnce(t *testing.T) {
+	specs := newPodSpecs()
+	const spec = `"spec": {"serviceAccountName": "runner", "nodeName": "vk-a", "containers": [{"name": "main"}]}`
+	steps := []struct {
+		name, pod string
+		wantErr   string
+		wantSpecs int
+	}{
+		{"first pod", `{"metadata": {"name": "a", "namespace": "team-a"}, ` + spec + `}`, "", 1},
+		{"same spec, other pod", `{"metadata": {"name": "b", "namespace": "team-a"}, ` + spec + `}`, "", 1},
+		{"same spec, bad metadata", `{"metadata": {"name": 7, "namespace": "team-a"}, ` + spec + `}`, "metadata.name", 1},
+		{"same spec, unknown pod field", `{"metadata": {"name": "c"}, "Spec": {}, ` + spec + `}`, `unknown field "Spec"`, 1},
+		{"bad spec", `{"metadata": {"name": "d"}, "spec": {"bogus": 1}}`, `unknown field "spec.bogus"`, 1},
+		{"bad spec again", `{"metadata": {"name": "e"}, "spec": {"bogus": 1}}`, `unknown field "spec.bogus"`, 1},
+	}
+	for _, s := range steps {
+		pod, err := specs.decode([]byte(s.pod))
+		switch {
+		case s.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), s.wantErr) {
+				t.Fatalf("%s: err %v, want %q", s.name, err, s.wantErr)
+			}
+		case err != nil:
+			t.Fatalf("%s: %v", s.name, err)
+		case pod.Spec.ServiceAccountName != "runner" || pod.Spec.NodeName != "vk-a" || pod.Namespace != "team-a":
+			t.Fatalf("%s: decoded %+v", s.name, pod)
+		}
+		if n := specs.valid.Len(); n != s.wantSpecs {
+			t.Fatalf("%s: %d specs remembered, want %d", s.name, n, s.wantSpecs)
+		}
 	}
 }

@@ -11,9 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/go-kit/log/level"
 	"golang.org/x/sync/errgroup"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -135,14 +133,9 @@ var permissionVerbs = map[string]string{"read": "get", "write": "create"}
 const namespaceReviewConcurrency = 8
 
 func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (Decision, error) {
-	start := time.Now()
 	m := a.openshift
-	logFields := []any{"path", strings.Join(m.cfg.Path, "/"), "shape", "opa-openshift"}
-	outcome := "error"
-	defer func() {
-		a.metrics.decisions.WithLabelValues(outcome).Inc()
-		a.metrics.decisionDuration.Observe(time.Since(start).Seconds())
-	}()
+	rec := a.beginDecision("path", strings.Join(m.cfg.Path, "/"), "shape", "opa-openshift")
+	defer rec.end()
 
 	var in openshiftInput
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -152,10 +145,9 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 	if err := a.waitForSync(ctx); err != nil {
 		return Decision{}, err
 	}
-	logFields = append(logFields, "subject", in.Subject, "tenant", in.Tenant, "permission", in.Permission, "resource", in.Resource)
+	rec.add("subject", in.Subject, "tenant", in.Tenant, "permission", in.Permission, "resource", in.Resource)
 	deny := func(reason string) (Decision, error) {
-		outcome = "denied"
-		level.Info(a.logger).Log(append(logFields, "msg", "decision", "outcome", "denied", "reason", reason, "duration", time.Since(start))...)
+		rec.decided("denied", reason)
 		return Decision{Defined: true, Result: false}, nil
 	}
 
@@ -180,7 +172,7 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 	if err != nil {
 		return Decision{}, err
 	}
-	logFields = append(logFields, "identity", who.user) // under SSAR, the token's bearer
+	rec.add("identity", who.user) // under SSAR, the token's bearer
 	keys := m.matcherKeys(in, who.groups)
 	if in.Extras.WildcardSelectors && len(keys) > 0 {
 		return Decision{}, inputErrorf("wildcard in query namespaces not allowed")
@@ -208,14 +200,10 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 
 	result, reason, err := m.decide(ctx, in, selected, verb, keys, review)
 	if err != nil {
-		level.Error(a.logger).Log(append(logFields, "msg", "decision failed", "err", err)...)
+		rec.failed(false, "decision failed", err)
 		return Decision{}, err
 	}
-	outcome = "denied"
-	if allowedResult(result) {
-		outcome = "allowed"
-	}
-	level.Info(a.logger).Log(append(logFields, "msg", "decision", "outcome", outcome, "reason", reason, "duration", time.Since(start))...)
+	rec.decided(allowedWord(allowedResult(result)), reason)
 	return Decision{Defined: true, Result: result}, nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
@@ -83,9 +82,7 @@ func (k *keyEncoder) str(s string) {
 }
 
 func (k *keyEncoder) sortedStrs(v []string) {
-	if !slices.IsSorted(v) {
-		v = slices.Sorted(slices.Values(v))
-	}
+	v = canonical(v)
 	k.count(len(v))
 	for _, s := range v {
 		k.str(s)

@@ -17,6 +17,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
+	"golang.org/x/time/rate"
 )
 
 // Resolver looks up the addresses of a host name. *net.Resolver satisfies it.
@@ -449,13 +450,18 @@ type limitedLogger struct {
 	logger log.Logger
 	every  time.Duration
 
-	mu         sync.Mutex
-	next       map[string]time.Time
-	suppressed map[string]int
+	mu    sync.Mutex
+	kinds map[string]*limitedKind
+}
+
+// limitedKind is one kind of line: its limiter and the lines it dropped since the last.
+type limitedKind struct {
+	limiter    *rate.Limiter
+	suppressed int
 }
 
 func newLimitedLogger(logger log.Logger, every time.Duration) *limitedLogger {
-	return &limitedLogger{logger: logger, every: every, next: make(map[string]time.Time), suppressed: make(map[string]int)}
+	return &limitedLogger{logger: logger, every: every, kinds: make(map[string]*limitedKind)}
 }
 
 func (l *limitedLogger) warn(kind string, keyvals ...any) bool {
@@ -467,16 +473,19 @@ func (l *limitedLogger) debug(kind string, keyvals ...any) bool {
 }
 
 func (l *limitedLogger) log(logger log.Logger, kind string, keyvals []any) bool {
-	now := time.Now()
 	l.mu.Lock()
-	if now.Before(l.next[kind]) {
-		l.suppressed[kind]++
+	k := l.kinds[kind]
+	if k == nil {
+		k = &limitedKind{limiter: rate.NewLimiter(rate.Every(l.every), 1)}
+		l.kinds[kind] = k
+	}
+	if !k.limiter.Allow() {
+		k.suppressed++
 		l.mu.Unlock()
 		return false
 	}
-	l.next[kind] = now.Add(l.every)
-	n := l.suppressed[kind]
-	l.suppressed[kind] = 0
+	n := k.suppressed
+	k.suppressed = 0
 	l.mu.Unlock()
 	if n > 0 {
 		keyvals = append(keyvals, "suppressed", n)

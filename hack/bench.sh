@@ -17,7 +17,8 @@ go test -run '^$' -bench '^BenchmarkPolicy$' -benchmem -benchtime 2000x -count "
 echo
 awk '
   /^Benchmark/ { name = $1; sub(/-[0-9]+$/, "", name); ns = $3 + 0
-                 if (!(name in best) || ns < best[name]) best[name] = ns }
+                 if (!(name in best) || ns < best[name]) best[name] = ns
+                 for (i = 4; i < NF; i++) if ($(i + 1) == "allocs/op") allocs[name] = $i }
   function ratio(label, num, den) {
     if ((num in best) && (den in best))
       printf "  %-52s %9.0f ns / %9.0f ns = %7.2fx\n", label, best[num], best[den], best[num] / best[den]
@@ -35,4 +36,7 @@ awk '
     ratio("policy: parsed input / map input", "BenchmarkPolicy/parsed", "BenchmarkPolicy/map")
     ratio("policy: default (parsed) / trivial policy (parsed)", "BenchmarkPolicy/parsed", "BenchmarkPolicy/trivial-parsed")
     ratio("decision (fake API review) / decision (cached review)", "BenchmarkDecide/review-each-time", "BenchmarkDecide/cache-hit")
+    ratio("decision: array job (memo hit) / distinct specs (cached review)", "BenchmarkDecide/array-job", "BenchmarkDecide/cache-hit")
+    print "allocations per operation (-benchmem):"
+    for (n in allocs) printf "  %-52s %9d\n", n, allocs[n]
   }' "$out"

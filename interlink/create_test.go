@@ -94,67 +94,6 @@ func TestDecisionInputIsThePodAlone(t *testing.T) {
 	}
 }
 
-func TestReadDecision(t *testing.T) {
-	decision := func(result any) authorizer.Decision {
-		return authorizer.Decision{ID: "d", Result: result, Defined: true}
-	}
-	tests := []struct {
-		name    string
-		d       authorizer.Decision
-		want    verdict
-		wantErr string
-	}{
-		{name: "undefined", d: authorizer.Decision{}, wantErr: "undefined"},
-		{name: "boolean document", d: decision(true), wantErr: "a bool, not an object"},
-		{name: "no allowed", d: decision(map[string]any{"reason": "x"}), wantErr: `no boolean "allowed"`},
-		{name: "allowed is a string", d: decision(map[string]any{"allowed": "true"}), wantErr: `no boolean "allowed"`},
-		{name: "denied", d: decision(map[string]any{"allowed": false, "reason": "no binding", "modifications": "ignored"}),
-			want: verdict{reason: "no binding"}},
-		{name: "allowed without modifications", d: decision(map[string]any{"allowed": true, "reason": "ok"}),
-			want: verdict{allowed: true, reason: "ok"}},
-		{name: "allowed with modifications", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
-			"pod_annotations": map[string]any{"b": "p-7"},
-			"resource_limits": map[string]any{"main": map[string]any{"cpu": "1000m", "memory": json.Number("1073741824")}},
-		}}), want: verdict{allowed: true, mods: modifications{
-			annotations: map[string]string{"b": "p-7"},
-			limits:      map[string]map[string]string{"main": {"cpu": "1", "memory": "1073741824"}},
-		}}},
-		{name: "modifications not an object", d: decision(map[string]any{"allowed": true, "modifications": []any{}}), wantErr: "modifications: a []interface {}"},
-		{name: "annotation not a string", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
-			"pod_annotations": map[string]any{"b": 7}}}), wantErr: `pod_annotations: "b": a int`},
-		{name: "limits not an object", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
-			"resource_limits": map[string]any{"main": "1"}}}), wantErr: `resource_limits: container "main"`},
-		{name: "limit not a quantity", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
-			"resource_limits": map[string]any{"main": map[string]any{"cpu": "lots"}}}}), wantErr: `container "main", cpu: "lots"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := readDecision(tt.d)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("want error containing %q, got %v (%+v)", tt.wantErr, err, got)
-				}
-				if got.allowed {
-					t.Fatal("an error verdict allows")
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
-			}
-			if !equalVerdict(got, tt.want) {
-				t.Fatalf("got %+v, want %+v", got, tt.want)
-			}
-		})
-	}
-}
-
-func equalVerdict(a, b verdict) bool {
-	ja, _ := json.Marshal([]any{a.allowed, a.reason, a.mods.annotations, a.mods.limits})
-	jb, _ := json.Marshal([]any{b.allowed, b.reason, b.mods.annotations, b.mods.limits})
-	return string(ja) == string(jb)
-}
-
 const createBodyFixture = `{"pod": {"metadata": {"name": "p", "namespace": "team-a", "annotations": {"keep": "me", "b": "user-chosen"}},
   "spec": {"containers": [
     {"name": "main", "image": "busybox"},
@@ -168,17 +107,17 @@ func TestApplyModifications(t *testing.T) {
 	limits := map[string]string{"cpu": "1", "memory": "1Gi"}
 	tests := []struct {
 		name string
-		mods modifications
+		mods authorizer.Modifications
 		// want is the forwarded pod; nil means the body goes out unchanged.
 		want map[string]any
 	}{
-		{name: "none", mods: modifications{}},
-		{name: "annotations already set", mods: modifications{annotations: map[string]string{"keep": "me"}}},
-		{name: "limits for an unknown container", mods: modifications{limits: map[string]map[string]string{"ghost": limits}}},
-		{name: "limits for a container with limits", mods: modifications{limits: map[string]map[string]string{"capped": limits}}},
-		{name: "annotations merged, the policy wins", mods: modifications{annotations: map[string]string{"b": "p-7", "new": "x"}},
+		{name: "none", mods: authorizer.Modifications{}},
+		{name: "annotations already set", mods: authorizer.Modifications{Annotations: map[string]string{"keep": "me"}}},
+		{name: "limits for an unknown container", mods: authorizer.Modifications{Limits: map[string]map[string]string{"ghost": limits}}},
+		{name: "limits for a container with limits", mods: authorizer.Modifications{Limits: map[string]map[string]string{"capped": limits}}},
+		{name: "annotations merged, the policy wins", mods: authorizer.Modifications{Annotations: map[string]string{"b": "p-7", "new": "x"}},
 			want: map[string]any{"annotations": map[string]any{"keep": "me", "b": "p-7", "new": "x"}}},
-		{name: "limits where none are set", mods: modifications{limits: map[string]map[string]string{"main": limits, "capped": limits, "empty": limits, "init": limits}},
+		{name: "limits where none are set", mods: authorizer.Modifications{Limits: map[string]map[string]string{"main": limits, "capped": limits, "empty": limits, "init": limits}},
 			want: map[string]any{"limits": map[string]any{
 				"main": map[string]any{"cpu": "1", "memory": "1Gi"}, "capped": map[string]any{"cpu": "500m"},
 				"empty": map[string]any{"cpu": "1", "memory": "1Gi"}, "init": map[string]any{"cpu": "1", "memory": "1Gi"}}}},

@@ -202,11 +202,11 @@ func (r *Relay) create(w http.ResponseWriter, req *http.Request) {
 		r.refuse(w, status, outcome, err.Error())
 		return
 	}
-	if !v.allowed {
-		r.refuse(w, http.StatusForbidden, outcomeDenied, "denied: "+v.reason)
+	if !v.Allowed {
+		r.refuse(w, http.StatusForbidden, outcomeDenied, "denied: "+v.Reason)
 		return
 	}
-	forward, err := body.apply(v.mods)
+	forward, err := body.apply(v.Modifications)
 	if err != nil {
 		level.Error(r.logger).Log("msg", "applying modifications failed", "err", err)
 		r.refuse(w, http.StatusInternalServerError, outcomeError, "error: applying the policy's modifications: "+err.Error())
@@ -221,10 +221,10 @@ func (r *Relay) create(w http.ResponseWriter, req *http.Request) {
 
 // decide asks the authorizer about the create's pod. A failure returns the status and
 // outcome to answer with; it is never an allow.
-func (r *Relay) decide(ctx context.Context, body createBody) (verdict, int, string, error) {
+func (r *Relay) decide(ctx context.Context, body createBody) (authorizer.Verdict, int, string, error) {
 	input, err := body.decisionInput()
 	if err != nil {
-		return verdict{}, http.StatusBadRequest, outcomeInvalid, fmt.Errorf("bad request: %w", err)
+		return authorizer.Verdict{}, http.StatusBadRequest, outcomeInvalid, fmt.Errorf("bad request: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(authorizer.WithLogFields(ctx, "route", "create"), r.opts.DecisionTimeout)
 	defer cancel()
@@ -235,16 +235,16 @@ func (r *Relay) decide(ctx context.Context, body createBody) (verdict, int, stri
 	)
 	switch {
 	case errors.As(err, &inputErr):
-		return verdict{}, http.StatusBadRequest, outcomeInvalid, fmt.Errorf("bad request: %w", err)
+		return authorizer.Verdict{}, http.StatusBadRequest, outcomeInvalid, fmt.Errorf("bad request: %w", err)
 	case errors.As(err, &unavailable) || err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return verdict{}, http.StatusServiceUnavailable, outcomeUnavailable, fmt.Errorf("unavailable: %w", err)
+		return authorizer.Verdict{}, http.StatusServiceUnavailable, outcomeUnavailable, fmt.Errorf("unavailable: %w", err)
 	case err != nil:
-		return verdict{}, http.StatusInternalServerError, outcomeError, fmt.Errorf("error: %w", err)
+		return authorizer.Verdict{}, http.StatusInternalServerError, outcomeError, fmt.Errorf("error: %w", err)
 	}
-	v, err := readDecision(d)
+	v, err := authorizer.ReadVerdict(d)
 	if err != nil {
 		level.Error(r.logger).Log("msg", "unusable policy answer", "decision_id", d.ID, "err", err)
-		return verdict{}, http.StatusInternalServerError, outcomeError, fmt.Errorf("error: policy %s: %w", strings.Join(r.opts.DecisionPath, "/"), err)
+		return authorizer.Verdict{}, http.StatusInternalServerError, outcomeError, fmt.Errorf("error: policy %s: %w", strings.Join(r.opts.DecisionPath, "/"), err)
 	}
 	return v, 0, "", nil
 }

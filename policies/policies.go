@@ -44,6 +44,9 @@ type Options struct {
 	// DataFile optionally names a JSON or YAML file holding an object that
 	// becomes `data`.
 	DataFile string
+	// Cluster serves the k8s.get and k8s.list built-ins (cluster.go); nil:
+	// calling them is an evaluation error.
+	Cluster ClusterReader
 }
 
 // Evaluator evaluates documents of a compiled policy set. It is safe for
@@ -53,6 +56,7 @@ type Evaluator struct {
 	store    storage.Store
 	prepared *lru.Cache // cacheKey(path) → *preparedQuery, nil when statically undefined
 	memo     *memo
+	cluster  []func(*rego.Rego) // the cluster built-ins (cluster.go)
 }
 
 // DefaultModules returns the embedded policy sources (tests excluded),
@@ -110,6 +114,7 @@ type snapshot struct {
 	sources  map[string]source // by base name: embedded defaults overlaid by opts.Dir
 	dataFile string            // "" when there is none
 	data     []byte
+	cluster  ClusterReader // not part of the fingerprint: fixed for the process
 }
 
 // readSnapshot reads the embedded modules, opts.Dir's policies and opts.DataFile.
@@ -118,7 +123,7 @@ func readSnapshot(opts Options) (snapshot, error) {
 	if err != nil {
 		return snapshot{}, err
 	}
-	snap := snapshot{sources: make(map[string]source, len(defaults)), dataFile: opts.DataFile}
+	snap := snapshot{sources: make(map[string]source, len(defaults)), dataFile: opts.DataFile, cluster: opts.Cluster}
 	for name, text := range defaults {
 		snap.sources[name] = source{filename: "embedded:" + embeddedDir + "/" + name, text: text}
 	}
@@ -159,6 +164,7 @@ func (s snapshot) build() (*Evaluator, error) {
 		store:    store,
 		prepared: lru.New(cacheSize),
 		memo:     newMemo(memoSize),
+		cluster:  ClusterBuiltins(s.cluster),
 	}, nil
 }
 
@@ -200,7 +206,7 @@ func compile(sources map[string]source) (*ast.Compiler, error) {
 		}
 		modules[src.filename] = m
 	}
-	c := ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1)
+	c := ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1).WithBuiltins(clusterBuiltinDecls)
 	if c.Compile(modules); c.Failed() {
 		return nil, fmt.Errorf("compiling policies: %w", c.Errors)
 	}
@@ -293,11 +299,8 @@ func (e *Evaluator) prepare(ctx context.Context, path []string) (*preparedQuery,
 		return p.(*preparedQuery), nil
 	}
 	query := ast.NewBody(ast.Equality.Expr(ast.VarTerm(resultVar), ast.NewTerm(ref)))
-	pq, err := rego.New(
-		rego.ParsedQuery(query),
-		rego.Compiler(e.compiler),
-		rego.Store(e.store),
-	).PrepareForEval(ctx)
+	opts := append([]func(*rego.Rego){rego.ParsedQuery(query), rego.Compiler(e.compiler), rego.Store(e.store)}, e.cluster...)
+	pq, err := rego.New(opts...).PrepareForEval(ctx)
 	if err != nil {
 		if staticallyUndefined(err) {
 			// Cached as nil: rules and data are fixed for the Evaluator's

@@ -136,7 +136,9 @@ func dataOnly(c *ast.Compiler, ref ast.Ref) error {
 			case x.HasPrefix(precomputedRef) || precomputedRef.HasPrefix(x):
 				bad = fmt.Errorf("reads %v", x)
 			default:
-				if b, ok := ast.BuiltinMap[x.String()]; ok && b.Nondeterministic {
+				if isClusterBuiltin(x.String()) {
+					bad = fmt.Errorf("calls %s, which reads the cluster", x)
+				} else if b, ok := ast.BuiltinMap[x.String()]; ok && b.Nondeterministic {
 					bad = fmt.Errorf("calls nondeterministic %s", b.Name)
 				}
 			}

@@ -36,7 +36,8 @@ func TestRegoUnitTests(t *testing.T) {
 	// silently-undefined builtin failures that the lenient server mode hides.
 	ctx := context.Background()
 	ch, err := tester.NewRunner().
-		SetCompiler(ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1).WithStrict(true)).
+		SetCompiler(ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1).WithStrict(true).WithBuiltins(clusterBuiltinDecls)).
+		AddCustomBuiltins(testerClusterBuiltins()).
 		SetStore(inmem.New()).
 		SetDefaultRegoVersion(ast.RegoV1).
 		EnableTracing(false).

@@ -256,20 +256,7 @@ func TestRBACChangesWithinTTL(t *testing.T) {
 	in := input("create", newPod("team-a", "late", "late-1"))
 	decide(t, b, in, deny(mayNot(sa("team-a", "late"), "create", "pods.interlink.io", "team-a")...))
 
-	rb, err := suite.cluster.ApplyYAML(ctx, `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: late
-  namespace: team-a
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: interlink-offloader}
-subjects:
-  - {kind: ServiceAccount, name: late, namespace: team-a}
-`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = suite.cluster.Delete(context.Background(), rb) })
+	rb := bindOffloader(t, "team-a", "late")
 
 	var last *cluster.Response
 	took, ok := poll(deniedTTL+4*time.Second, 200*time.Millisecond, func() bool {

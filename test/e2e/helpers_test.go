@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
@@ -186,3 +189,23 @@ func mayNot(user, verb, resource, ns string) []string {
 }
 
 func sa(ns, name string) string { return cluster.ServiceAccountUser(ns, name) }
+
+// bindOffloader binds ServiceAccount ns/name to the ClusterRole interlink-offloader with
+// a RoleBinding of the same name, deleted at the end of the test; the caller may delete
+// it earlier.
+func bindOffloader(t *testing.T, ns, name string) []*unstructured.Unstructured {
+	t.Helper()
+	rb, err := suite.cluster.ApplyYAML(context.Background(), fmt.Sprintf(`
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: %[2]s, namespace: %[1]s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: interlink-offloader}
+subjects:
+  - {kind: ServiceAccount, name: %[2]s, namespace: %[1]s}
+`, ns, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = suite.cluster.Delete(context.Background(), rb) })
+	return rb
+}

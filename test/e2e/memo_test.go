@@ -18,20 +18,7 @@ func TestDecisionMemoFollowsRBAC(t *testing.T) {
 	const allowedTTL = 3 * time.Second
 	b := newBridge(t, "--cache.allowed-ttl=3s", "--cache.denied-ttl=1s")
 	ctx := context.Background()
-	rb, err := suite.cluster.ApplyYAML(ctx, `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: memo
-  namespace: team-a
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: interlink-offloader}
-subjects:
-  - {kind: ServiceAccount, name: memo, namespace: team-a}
-`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = suite.cluster.Delete(context.Background(), rb) })
+	rb := bindOffloader(t, "team-a", "memo")
 	granted := allow(`RoleBinding "memo/team-a" of ClusterRole "interlink-offloader" to ServiceAccount "memo/team-a"`)
 	arrayPod := func(i int) map[string]any {
 		return input("create", newPod("team-a", "memo", fmt.Sprintf("array-%d", i), withContainer("main", "500m", "1Gi")))

@@ -1,4 +1,4 @@
-package admission
+package authorizer
 
 import (
 	"encoding/json"
@@ -6,57 +6,53 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-
-	"github.com/sar-bridge/sar-bridge/authorizer"
 )
 
-// The reading of a decision document below follows interlink/create.go (readDecision and
-// its helpers, unexported there): the two front doors must read the same shape the same
-// way.
-
-// verdict is what a webhook reads from a decision.
-type verdict struct {
-	allowed bool
-	reason  string
-	mods    modifications
+// Verdict is what a front door (the interLink relay, the admission webhooks) reads from a
+// pod decision: the policy document's allowed, reason and modifications, typed.
+type Verdict struct {
+	Allowed bool
+	Reason  string
+	// Modifications are set only when Allowed.
+	Modifications Modifications
 }
 
-// modifications are the changes an allowing decision makes to the pod.
-type modifications struct {
-	annotations map[string]string
-	// limits maps a container name to the limits it gets when it sets none.
-	limits map[string]map[string]string
+// Modifications are the changes an allowing decision makes to the pod.
+type Modifications struct {
+	Annotations map[string]string
+	// Limits maps a container name to the limits it gets when it sets none.
+	Limits map[string]map[string]string
 }
 
-// readDecision reads allowed, reason and modifications. Anything but the expected shape
-// is an error, never an allow.
-func readDecision(d authorizer.Decision) (verdict, error) {
+// ReadVerdict reads allowed, reason and modifications from a decision. Anything but
+// the expected shape is an error, never an allow.
+func ReadVerdict(d Decision) (Verdict, error) {
 	if !d.Defined {
-		return verdict{}, errors.New("the policy document is undefined")
+		return Verdict{}, errors.New("the policy document is undefined")
 	}
 	result, ok := d.Result.(map[string]any)
 	if !ok {
-		return verdict{}, fmt.Errorf("the policy answered a %T, not an object", d.Result)
+		return Verdict{}, fmt.Errorf("the policy answered a %T, not an object", d.Result)
 	}
 	allowed, ok := result["allowed"].(bool)
 	if !ok {
-		return verdict{}, errors.New("the policy answer has no boolean \"allowed\"")
+		return Verdict{}, errors.New("the policy answer has no boolean \"allowed\"")
 	}
 	reason, _ := result["reason"].(string)
-	v := verdict{allowed: allowed, reason: reason}
+	v := Verdict{Allowed: allowed, Reason: reason}
 	if !allowed {
 		return v, nil
 	}
 	mods, err := readModifications(result["modifications"])
 	if err != nil {
-		return verdict{}, fmt.Errorf("modifications: %w", err)
+		return Verdict{}, fmt.Errorf("modifications: %w", err)
 	}
-	v.mods = mods
+	v.Modifications = mods
 	return v, nil
 }
 
-func readModifications(raw any) (modifications, error) {
-	var m modifications
+func readModifications(raw any) (Modifications, error) {
+	var m Modifications
 	if raw == nil {
 		return m, nil
 	}
@@ -65,10 +61,10 @@ func readModifications(raw any) (modifications, error) {
 		return m, fmt.Errorf("a %T, not an object", raw)
 	}
 	var err error
-	if m.annotations, err = readAnnotations(obj["pod_annotations"]); err != nil {
+	if m.Annotations, err = readAnnotations(obj["pod_annotations"]); err != nil {
 		return m, fmt.Errorf("pod_annotations: %w", err)
 	}
-	if m.limits, err = readLimits(obj["resource_limits"]); err != nil {
+	if m.Limits, err = readLimits(obj["resource_limits"]); err != nil {
 		return m, fmt.Errorf("resource_limits: %w", err)
 	}
 	return m, nil

@@ -1,0 +1,68 @@
+package authorizer
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestReadVerdict(t *testing.T) {
+	decision := func(result any) Decision {
+		return Decision{ID: "d", Result: result, Defined: true}
+	}
+	tests := []struct {
+		name    string
+		d       Decision
+		want    Verdict
+		wantErr string
+	}{
+		{name: "undefined", d: Decision{}, wantErr: "undefined"},
+		{name: "boolean document", d: decision(true), wantErr: "a bool, not an object"},
+		{name: "no allowed", d: decision(map[string]any{"reason": "x"}), wantErr: `no boolean "allowed"`},
+		{name: "allowed is a string", d: decision(map[string]any{"allowed": "true"}), wantErr: `no boolean "allowed"`},
+		{name: "denied", d: decision(map[string]any{"allowed": false, "reason": "no binding", "modifications": "ignored"}),
+			want: Verdict{Reason: "no binding"}},
+		{name: "allowed without modifications", d: decision(map[string]any{"allowed": true, "reason": "ok"}),
+			want: Verdict{Allowed: true, Reason: "ok"}},
+		{name: "allowed with modifications", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
+			"pod_annotations": map[string]any{"b": "p-7"},
+			"resource_limits": map[string]any{"main": map[string]any{"cpu": "1000m", "memory": json.Number("1073741824")}},
+		}}), want: Verdict{Allowed: true, Modifications: Modifications{
+			Annotations: map[string]string{"b": "p-7"},
+			Limits:      map[string]map[string]string{"main": {"cpu": "1", "memory": "1073741824"}},
+		}}},
+		{name: "modifications not an object", d: decision(map[string]any{"allowed": true, "modifications": []any{}}), wantErr: "modifications: a []interface {}"},
+		{name: "annotation not a string", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
+			"pod_annotations": map[string]any{"b": 7}}}), wantErr: `pod_annotations: "b": a int`},
+		{name: "limits not an object", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
+			"resource_limits": map[string]any{"main": "1"}}}), wantErr: `resource_limits: container "main"`},
+		{name: "limit not a quantity", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
+			"resource_limits": map[string]any{"main": map[string]any{"cpu": "lots"}}}}), wantErr: `container "main", cpu: "lots"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ReadVerdict(tt.d)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("want error containing %q, got %v (%+v)", tt.wantErr, err, got)
+				}
+				if got.Allowed {
+					t.Fatal("an error verdict allows")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if !equalVerdict(got, tt.want) {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func equalVerdict(a, b Verdict) bool {
+	ja, _ := json.Marshal([]any{a.Allowed, a.Reason, a.Modifications.Annotations, a.Modifications.Limits})
+	jb, _ := json.Marshal([]any{b.Allowed, b.Reason, b.Modifications.Annotations, b.Modifications.Limits})
+	return string(ja) == string(jb)
+}
