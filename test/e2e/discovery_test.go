@@ -148,14 +148,7 @@ var discoveryKubectl struct {
 // suite's admin, with its own discovery cache so a stale one cannot hide a new group.
 func kubectlCmd(t *testing.T) func(stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	discoveryKubectl.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-		defer cancel()
-		discoveryKubectl.path, discoveryKubectl.err = cluster.KubectlBinary(ctx, suite.root)
-	})
-	if discoveryKubectl.err != nil {
-		t.Fatal(discoveryKubectl.err)
-	}
+	kubectl := kubectlPath(t)
 	dir := t.TempDir()
 	admin := filepath.Join(dir, "admin.kubeconfig")
 	if err := suite.cluster.WriteAdminKubeconfig(admin); err != nil {
@@ -163,7 +156,7 @@ func kubectlCmd(t *testing.T) func(stdin string, args ...string) (stdout, stderr
 	}
 	return func(stdin string, args ...string) (string, string, int) {
 		t.Helper()
-		return runCmd(t, stdin, discoveryKubectl.path, append([]string{"--kubeconfig", admin, "--cache-dir", filepath.Join(dir, "cache")}, args...)...)
+		return runCmd(t, stdin, kubectl, append([]string{"--kubeconfig", admin, "--cache-dir", filepath.Join(dir, "cache")}, args...)...)
 	}
 }
 
