@@ -206,9 +206,16 @@ func Members(data []byte) (map[string][]byte, error) {
 		}
 		return nil, errors.New("invalid JSON")
 	}
+	return ValidMembers(data)
+}
+
+// ValidMembers is Members for data known to be valid JSON: a Field.Raw of
+// DecodeObject, or a member Members returned. It checks only that data is an object
+// and has no key twice.
+func ValidMembers(data []byte) (map[string][]byte, error) {
 	d := decoder{data: data}
 	d.skipSpace()
-	if d.data[d.pos] != '{' {
+	if d.pos >= len(d.data) || d.data[d.pos] != '{' {
 		return nil, errors.New("not a JSON object")
 	}
 	d.pos++

@@ -95,10 +95,11 @@ type specFields struct {
 
 func newPodSpecs() podSpecs { return podSpecs{valid: lru.New(1024)} }
 
-// decode decodes a pod strictly (see decodePodInput). A spec seen before is not decoded
-// again: the rest of the pod is, as a Pod without spec, so errors read as they would.
+// decode decodes a pod strictly (see decodePodInput); raw must be valid JSON (a member
+// DecodeObject returned). A spec seen before is not decoded again: the rest of the pod
+// is, as a Pod without spec, so errors read as they would.
 func (p podSpecs) decode(raw []byte) (*corev1.Pod, error) {
-	members, err := astjson.Members(raw)
+	members, err := astjson.ValidMembers(raw) // raw is a member DecodeObject checked
 	if err != nil {
 		return nil, err
 	}

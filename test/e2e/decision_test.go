@@ -258,15 +258,8 @@ func TestRBACChangesWithinTTL(t *testing.T) {
 
 	rb := bindOffloader(t, "team-a", "late")
 
-	var last *cluster.Response
-	took, ok := poll(deniedTTL+4*time.Second, 200*time.Millisecond, func() bool {
-		r, err := b.Decide(in)
-		if err != nil {
-			t.Fatalf("POST decision: %v", err)
-		}
-		last = r
-		return r.Status == 200 && r.Allowed()
-	})
+	same := func() map[string]any { return in }
+	last, took, ok := pollDecision(t, b, deniedTTL+4*time.Second, same, allowedAnswer)
 	if !ok {
 		t.Fatalf("RoleBinding created: still not allowed after %s (denied TTL %s); last %s", took, deniedTTL, last)
 	}
@@ -276,14 +269,7 @@ func TestRBACChangesWithinTTL(t *testing.T) {
 	if err := suite.cluster.Delete(ctx, rb); err != nil {
 		t.Fatal(err)
 	}
-	took, ok = poll(allowedTTL+4*time.Second, 200*time.Millisecond, func() bool {
-		r, err := b.Decide(in)
-		if err != nil {
-			t.Fatalf("POST decision: %v", err)
-		}
-		last = r
-		return r.Status == 200 && !r.Allowed()
-	})
+	last, took, ok = pollDecision(t, b, allowedTTL+4*time.Second, same, deniedAnswer)
 	if !ok {
 		t.Fatalf("RoleBinding deleted: still allowed after %s (allowed TTL %s); last %s", took, allowedTTL, last)
 	}

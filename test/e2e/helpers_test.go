@@ -209,3 +209,22 @@ subjects:
 	t.Cleanup(func() { _ = suite.cluster.Delete(context.Background(), rb) })
 	return rb
 }
+
+// pollDecision asks the bridge for the decision of next() every 200ms until done holds
+// for the answer or within has passed; it returns the last answer and the time taken.
+func pollDecision(t *testing.T, b *cluster.Bridge, within time.Duration, next func() map[string]any, done func(*cluster.Response) bool) (*cluster.Response, time.Duration, bool) {
+	t.Helper()
+	var last *cluster.Response
+	took, ok := poll(within, 200*time.Millisecond, func() bool {
+		r, err := b.Decide(next())
+		if err != nil {
+			t.Fatalf("POST decision: %v", err)
+		}
+		last = r
+		return done(r)
+	})
+	return last, took, ok
+}
+
+func allowedAnswer(r *cluster.Response) bool { return r.Status == 200 && r.Allowed() }
+func deniedAnswer(r *cluster.Response) bool  { return r.Status == 200 && !r.Allowed() }

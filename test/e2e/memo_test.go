@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
 
 const memoTotal = "sar_bridge_decision_memo_total"
@@ -48,17 +46,9 @@ func TestDecisionMemoFollowsRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleted := time.Now()
-	var last *cluster.Response
 	i := 100
-	took, ok := poll(allowedTTL+5*time.Second, 200*time.Millisecond, func() bool {
-		i++
-		r, err := b.Decide(arrayPod(i))
-		if err != nil {
-			t.Fatalf("POST decision: %v", err)
-		}
-		last = r
-		return r.Status == 200 && !r.Allowed()
-	})
+	nextPod := func() map[string]any { i++; return arrayPod(i) }
+	last, took, ok := pollDecision(t, b, allowedTTL+5*time.Second, nextPod, deniedAnswer)
 	if !ok {
 		t.Fatalf("RoleBinding deleted: pods of the same job still allowed after %s (allowed TTL %s); last %s", took, allowedTTL, last)
 	}
