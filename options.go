@@ -26,6 +26,7 @@ type serveOptions struct {
 	interlink interlinkConfig  // --interlink.*: the plugin relay (main_interlink.go)
 	admission admissionConfig  // --admission.*: the admission webhooks (main_admission.go)
 	cluster   clusterConfig    // --cluster.*: the cluster built-ins' informers (main_cluster.go)
+	quota     quotaOptions     // --quota.*: tenant offload quotas' usage (main_quota.go)
 
 	reloadInterval time.Duration
 	showVersion    bool
@@ -67,6 +68,7 @@ func (o *serveOptions) addFlags(fs *flag.FlagSet) {
 	o.interlink.addFlags(fs)
 	o.admission.addFlags(fs)
 	o.cluster.addFlags(fs)
+	o.quota.addFlags(fs)
 	for name, why := range unsupportedFlags {
 		fs.String(name, "", "Not supported: "+why+".")
 		_ = fs.MarkHidden(name)
@@ -112,6 +114,7 @@ func (o *serveOptions) validate() error {
 		o.interlink.validate,
 		o.admission.validate,
 		o.cluster.validate,
+		o.quota.validate,
 		o.informer.validate,
 		o.decision.validate,
 		o.validateReload,

@@ -27,45 +27,49 @@ const (
 // "1.0") are encoded differently, which only costs a memo a miss. A nil v is encoded
 // as absent.
 func AppendCanonical(dst []byte, v ast.Value) []byte {
-	tagged := func(tag byte, n int) []byte {
-		return binary.AppendUvarint(append(dst, tag), uint64(n))
-	}
+	// No closures here: one capturing dst would move it to the heap on every call.
 	switch x := v.(type) {
 	case nil:
-		return tagged(tagAbsent, 0)
+		return appendTag(dst, tagAbsent, 0)
 	case ast.Null:
-		return tagged(tagNull, 0)
+		return appendTag(dst, tagNull, 0)
 	case ast.Boolean:
 		if x {
-			return tagged(tagTrue, 0)
+			return appendTag(dst, tagTrue, 0)
 		}
-		return tagged(tagFalse, 0)
+		return appendTag(dst, tagFalse, 0)
 	case ast.Number:
-		return append(tagged(tagNumber, len(x)), x...)
+		return append(appendTag(dst, tagNumber, len(x)), x...)
 	case ast.String:
-		return append(tagged(tagString, len(x)), x...)
+		return append(appendTag(dst, tagString, len(x)), x...)
 	case *ast.Array:
-		dst = tagged(tagArray, x.Len())
+		dst = appendTag(dst, tagArray, x.Len())
 		for i := range x.Len() {
 			dst = AppendCanonical(dst, x.Elem(i).Value)
 		}
 		return dst
 	case ast.Object:
-		dst = tagged(tagObject, x.Len())
-		x.Foreach(func(k, t *ast.Term) {
+		dst = appendTag(dst, tagObject, x.Len())
+		for _, k := range x.Keys() { // sorted
 			dst = AppendCanonical(dst, k.Value)
-			dst = AppendCanonical(dst, t.Value)
-		})
+			dst = AppendCanonical(dst, x.Get(k).Value)
+		}
 		return dst
 	case ast.Set:
-		dst = tagged(tagSet, x.Len())
-		x.Foreach(func(t *ast.Term) { dst = AppendCanonical(dst, t.Value) })
+		dst = appendTag(dst, tagSet, x.Len())
+		for _, t := range x.Slice() { // sorted
+			dst = AppendCanonical(dst, t.Value)
+		}
 		return dst
 	default:
 		// Not a JSON value (a ref, a var): input never holds one, but be unambiguous.
 		s := x.String()
-		return append(tagged(tagOther, len(s)), s...)
+		return append(appendTag(dst, tagOther, len(s)), s...)
 	}
+}
+
+func appendTag(dst []byte, tag byte, n int) []byte {
+	return binary.AppendUvarint(append(dst, tag), uint64(n))
 }
 
 // Find returns the value at path below v, or nil when there is none. Path elements

@@ -77,6 +77,8 @@ type Config struct {
 	TenantLabel string
 	// NodeAccess adds a review of "use" on the target node in the tenant's group.
 	NodeAccess bool
+	// Quotas puts tenants' offload usage in input.quota (quota.go); nil: none.
+	Quotas QuotaTracker
 }
 
 // Authorizer decides pod requests.
@@ -189,6 +191,14 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 	in.Insert(ast.StringTerm("namespace"), ast.NewTerm(nsValue))
 	in.Insert(ast.StringTerm("node"), ast.NewTerm(nodeVal))
 	in.Insert(ast.StringTerm("review"), ast.NewTerm(t.summary.value()))
+	in.Insert(ast.StringTerm("resources"), ast.NewTerm(req.resources))
+
+	releaseQuota, err := a.holdQuota(ctx, req, t, in)
+	if err != nil {
+		rec.failed(false, "quota usage unavailable", err)
+		return d, err
+	}
+	defer releaseQuota(false)
 
 	var memo policies.Memo
 	if t.memoTTL > 0 {
@@ -204,6 +214,7 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 	}
 	d.Result, d.Defined = res.Value, res.Defined
 	outcome, reason := summarize(d.Result, d.Defined)
+	releaseQuota(outcome == "allowed")
 	rec.decided(outcome, reason, "cache_hit", strconv.FormatBool(t.cacheHit), "memo", string(res.Memo))
 	return d, nil
 }

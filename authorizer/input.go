@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/lru"
 
 	"github.com/sar-bridge/sar-bridge/astjson"
+	"github.com/sar-bridge/sar-bridge/policies"
 	k8sjson "sigs.k8s.io/json"
 )
 
@@ -19,6 +20,7 @@ import (
 // its value form, and the typed fields the pipeline needs.
 type podRequest struct {
 	input     ast.Object
+	resources ast.Value // input.resources (policies.PodResources)
 	Operation string
 	Pod       *corev1.Pod
 	User      *inputUser
@@ -54,7 +56,7 @@ func decodePodInput(raw []byte, specs podSpecs) (podRequest, error) {
 	if _, isObject := pod.Value.(ast.Object); !ok || !isObject {
 		return req, inputErrorf("input.pod is required and must be a JSON object")
 	}
-	if req.Pod, err = specs.decode(pod.Raw); err != nil {
+	if req.Pod, req.resources, err = specs.decode(pod.Raw, pod.Value); err != nil {
 		return req, inputErrorf("input.pod is not a valid Pod: %v", err)
 	}
 	if req.Pod.Namespace == "" {
@@ -88,20 +90,23 @@ func decodePodInput(raw []byte, specs podSpecs) (podRequest, error) {
 // pipeline reads of a spec is kept.
 type podSpecs struct{ valid *lru.Cache }
 
-// specFields is what the pipeline reads of a pod's spec.
+// specFields is what the pipeline reads of a pod's spec, and the spec's
+// input.resources.
 type specFields struct {
 	serviceAccountName, deprecatedServiceAccount, nodeName string
+	resources                                              ast.Value
 }
 
 func newPodSpecs() podSpecs { return podSpecs{valid: lru.New(1024)} }
 
-// decode decodes a pod strictly (see decodePodInput); raw must be valid JSON (a member
-// DecodeObject returned). A spec seen before is not decoded again: the rest of the pod
-// is, as a Pod without spec, so errors read as they would.
-func (p podSpecs) decode(raw []byte) (*corev1.Pod, error) {
+// decode decodes a pod strictly (see decodePodInput) and gives its input.resources;
+// raw must be valid JSON (a member DecodeObject returned) and value its Rego value. A
+// spec seen before is not decoded again: the rest of the pod is, as a Pod without spec,
+// so errors read as they would.
+func (p podSpecs) decode(raw []byte, value ast.Value) (*corev1.Pod, ast.Value, error) {
 	members, err := astjson.ValidMembers(raw) // raw is a member DecodeObject checked
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	spec, hasSpec := members["spec"]
 	key := sha256.Sum256(spec)
@@ -109,20 +114,21 @@ func (p podSpecs) decode(raw []byte) (*corev1.Pod, error) {
 		delete(members, "spec")
 		pod := &corev1.Pod{}
 		if err := strictUnmarshal(joinMembers(members), pod, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		f := hit.(specFields)
 		pod.Spec.ServiceAccountName, pod.Spec.DeprecatedServiceAccount, pod.Spec.NodeName = f.serviceAccountName, f.deprecatedServiceAccount, f.nodeName
-		return pod, nil
+		return pod, f.resources, nil
 	}
 	pod := &corev1.Pod{}
 	if err := strictUnmarshal(raw, pod, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	resources := policies.PodResources(value)
 	if hasSpec {
-		p.valid.Add(key, specFields{pod.Spec.ServiceAccountName, pod.Spec.DeprecatedServiceAccount, pod.Spec.NodeName})
+		p.valid.Add(key, specFields{pod.Spec.ServiceAccountName, pod.Spec.DeprecatedServiceAccount, pod.Spec.NodeName, resources})
 	}
-	return pod, nil
+	return pod, resources, nil
 }
 
 // joinMembers writes an object of raw members back as JSON.

@@ -3,6 +3,7 @@ package authorizer
 import (
 	"context"
 	"fmt"
+	"github.com/open-policy-agent/opa/v1/ast"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -126,7 +127,11 @@ func TestPodSpecsDecodeOnce(t *testing.T) {
 		{"bad spec again", `{"metadata": {"name": "e"}, "spec": {"bogus": 1}}`, `unknown field "spec.bogus"`, 1},
 	}
 	for _, s := range steps {
-		pod, err := specs.decode([]byte(s.pod))
+		value, err := ast.ValueFromReader(strings.NewReader(s.pod))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod, _, err := specs.decode([]byte(s.pod), value)
 		switch {
 		case s.wantErr != "":
 			if err == nil || !strings.Contains(err.Error(), s.wantErr) {

@@ -11,6 +11,9 @@ trap 'rm -f "$out"' EXIT
 go test -run '^$' -bench '^BenchmarkGetHit$' -benchtime 20000x -count "$count" ./cache/ | tee -a "$out"
 go test -run '^$' -bench '^BenchmarkOpen$' -benchmem -count "$count" ./cache/ | tee -a "$out"
 go test -run '^$' -bench '^(BenchmarkEvalDecision|BenchmarkDecide)$' -benchmem -count "$count" ./policies/ ./authorizer/ | tee -a "$out"
+# Tenant offload quotas: a decision with a quota and 10,000 pods on virtual nodes beside
+# one without, and the tracker's own share (quota/).
+go test -run '^$' -bench '^(BenchmarkDecideQuota|BenchmarkHold)$' -benchmem -benchtime 2000x -count "$count" ./authorizer/ ./quota/ | tee -a "$out"
 # The default policy against its pre-rewrite copy (policies/testdata/authz_baseline.rego)
 # and a trivial policy, all prepared queries on the input the bridge builds.
 go test -run '^$' -bench '^BenchmarkPolicy$' -benchmem -benchtime 2000x -count "$count" ./policies/ | tee -a "$out"
@@ -37,6 +40,8 @@ awk '
     ratio("policy: default (parsed) / trivial policy (parsed)", "BenchmarkPolicy/parsed", "BenchmarkPolicy/trivial-parsed")
     ratio("decision (fake API review) / decision (cached review)", "BenchmarkDecide/review-each-time", "BenchmarkDecide/cache-hit")
     ratio("decision: array job (memo hit) / distinct specs (cached review)", "BenchmarkDecide/array-job", "BenchmarkDecide/cache-hit")
+    ratio("quota: decision with quota, 10,000 pods / without", "BenchmarkDecideQuota/quota-10000-pods", "BenchmarkDecideQuota/no-quota")
+    ratio("quota: usage lookup (10,000 pods) / decision without", "BenchmarkHold", "BenchmarkDecideQuota/no-quota")
     print "allocations per operation (-benchmem):"
     for (n in allocs) printf "  %-52s %9d\n", n, allocs[n]
   }' "$out"

@@ -52,12 +52,13 @@ const (
 )
 
 // ClusterRoleRules are the rules of manifests/base's ClusterRole: SubjectAccessReviews,
-// TokenReviews, and watching Namespaces and Nodes.
+// TokenReviews, and watching Namespaces, Nodes and (for quotas) Pods.
 func ClusterRoleRules() []any {
 	return []any{
 		map[string]any{"apiGroups": []any{"authorization.k8s.io"}, "resources": []any{"subjectaccessreviews"}, "verbs": []any{"create"}},
 		map[string]any{"apiGroups": []any{"authentication.k8s.io"}, "resources": []any{"tokenreviews"}, "verbs": []any{"create"}},
 		map[string]any{"apiGroups": []any{""}, "resources": []any{"namespaces", "nodes"}, "verbs": []any{"get", "list", "watch"}},
+		map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"list", "watch"}},
 	}
 }
 

@@ -92,6 +92,10 @@ func NewClusterView(client kubernetes.Interface, resync time.Duration, opts ...V
 // Start runs the informers until ctx ends.
 func (v *ClusterView) Start(ctx context.Context) { v.factory.Start(ctx.Done()) }
 
+// Informers is the factory of the view's namespace and node informers, for what
+// follows the same objects (the quota tracker) without a watch of its own.
+func (v *ClusterView) Informers() informers.SharedInformerFactory { return v.factory }
+
 // WaitForSync blocks until the first list of every informer is in, or ctx ends.
 func (v *ClusterView) WaitForSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), v.hasSynced...)

@@ -33,7 +33,10 @@ const benchData = `{
     "protected_taints": [
       {"key": "hpc.example/gpu", "value": "a100", "allowed_users": [], "allowed_groups": ["system:serviceaccounts:team-a"]},
       {"key": "hpc.example/reserved", "value": "bigmem", "allowed_users": ["system:serviceaccount:team-b:runner"], "allowed_groups": ["gpu-users"]}
-    ]
+    ],
+    "restricted_annotations": {
+      "slurm-job.vk.io/flags": {"users": [], "groups": ["system:serviceaccounts:team-a"]}
+    }
   }
 }`
 
@@ -80,9 +83,18 @@ func benchInput(t testing.TB) map[string]any {
 	if err := json.Unmarshal([]byte(benchPod), &pod); err != nil {
 		t.Fatal(err)
 	}
+	podValue, err := ast.InterfaceToValue(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resources, err := ast.JSON(PodResources(podValue))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return map[string]any{
 		"operation": "create",
 		"pod":       pod,
+		"resources": resources,
 		"subject": benchSubject{
 			Username: "system:serviceaccount:team-a:runner",
 			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:team-a", "system:authenticated"},
@@ -261,6 +273,7 @@ func baselineInputs(t testing.TB) []any {
 		return out
 	}
 	base := jsonOf(benchInput(t)).(map[string]any)
+	withoutRestrictedAnnotations(base)
 	inputs := []any{nil, map[string]any{}, "x", 1, []any{}, true, base}
 
 	pick := func(r *rand.Rand, vs ...any) any { return vs[r.IntN(len(vs))] }
@@ -413,9 +426,27 @@ func baselineInputs(t testing.TB) []any {
 		if r.IntN(20) == 0 {
 			delete(in, pick(r, "operation", "pod", "subject", "tenant", "tenant_label", "namespace", "node", "review").(string))
 		}
-		inputs = append(inputs, in)
+		inputs = append(inputs, bridged(t, in))
 	}
 	return inputs
+}
+
+// bridged sets input.resources the way the bridge does for every pod decision
+// (PodResources of input.pod; null when there is no pod object).
+func bridged(t testing.TB, in map[string]any) map[string]any {
+	t.Helper()
+	var resources any
+	if pod, ok := in["pod"].(map[string]any); ok {
+		v, err := ast.InterfaceToValue(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resources, err = ast.JSON(PodResources(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in["resources"] = resources
+	return in
 }
 
 func TestBaselineInputsVaried(t *testing.T) {
@@ -436,4 +467,11 @@ func TestBaselineInputsVaried(t *testing.T) {
 	if allowed < 20 || denied < 20 || len(reasons) < 50 {
 		t.Errorf("inputs not varied enough: %d allowed, %d denied, %d distinct reasons", allowed, denied, len(reasons))
 	}
+}
+
+// withoutRestrictedAnnotations drops the bench pod's slurm-job.vk.io/flags
+// annotation from an input: rule 6 (interlink.rego), newer than the
+// baseline, refuses it unless the data names the subject, as benchData does.
+func withoutRestrictedAnnotations(in map[string]any) {
+	delete(in["pod"].(map[string]any)["metadata"].(map[string]any)["annotations"].(map[string]any), "slurm-job.vk.io/flags")
 }

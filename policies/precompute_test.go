@@ -35,6 +35,17 @@ func precomputeDatas() map[string]string {
 		},
 	}})
 	datas["many-groups"] = string(b)
+	// interLink's rules and quotas (interlink.rego, quota.rego): the fast path
+	// stands aside for images and for a tenant with a quota.
+	rules := `{"interlink": {"limits": {"system:serviceaccounts:team-a": {"cpu": "4", "memory": "8Gi"}},
+	  "restricted_annotations": {"slurm-job.vk.io/flags": {"groups": ["system:serviceaccounts:team-a", 7]},
+	    "slurm-job.vk.io/pre-exec": {"users": ["bob", "system:serviceaccount:team-b:runner"], "groups": "gpu-users"}},
+	  "quotas": {"tenant-z": {"pods": 2}}}}`
+	datas["interlink-rules"] = rules
+	datas["unknown-annotation"] = `{"interlink": {"restricted_annotations": {"example.org/x": {"users": ["bob"]}}}}`
+	datas["images"] = `{"interlink": {"image_registries": {"*": ["docker.io/library/"]}}}`
+	datas["quota"] = `{"interlink": {"quotas": {"tenant-a": {"pods": 2}}}}`
+	datas["bad-quotas"] = `{"interlink": {"quotas": ["tenant-a"]}}`
 	return datas
 }
 
@@ -84,7 +95,8 @@ func TestPrecomputeMatchesFallback(t *testing.T) {
 // baselineInputs mostly exercise odd types.
 func wellFormedInputs(t testing.TB) []any {
 	t.Helper()
-	quantities := []string{"1", "2", "100m", "1500m", "3", "5", "64Mi", "1Gi", "4Gi", "6Gi", "12Gi", "1e3", "4G", "lots"}
+	// Quantities the bridge's strict Pod decoding lets through (so not "lots").
+	quantities := []string{"1", "2", "100m", "1500m", "3", "5", "64Mi", "1Gi", "4Gi", "6Gi", "12Gi", "1e3", "4G", "0.5"}
 	tolerations := []any{
 		map[string]any{"key": "virtual-node.interlink/no-schedule", "operator": "Exists", "effect": "NoSchedule"},
 		map[string]any{"key": "hpc.example/gpu", "operator": "Equal", "value": "a100"},
@@ -108,6 +120,15 @@ func wellFormedInputs(t testing.TB) []any {
 		var m map[string]any
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)
+		}
+		withoutRestrictedAnnotations(m)
+		// Restricted annotations, as sent; the data sets of precomputeDatas
+		// allow them to some subjects.
+		annotations := m["pod"].(map[string]any)["metadata"].(map[string]any)["annotations"].(map[string]any)
+		for _, key := range []string{"slurm-job.vk.io/pre-exec", "slurm-job.vk.io/flags"} {
+			if r.IntN(4) == 0 {
+				annotations[key] = "x"
+			}
 		}
 		spec := m["pod"].(map[string]any)["spec"].(map[string]any)
 		var cs []any
@@ -144,7 +165,7 @@ func wellFormedInputs(t testing.TB) []any {
 			delete(spec, "nodeSelector")
 		}
 		m["subject"] = subjects[r.IntN(len(subjects))]
-		out = append(out, m)
+		out = append(out, bridged(t, m))
 	}
 	return out
 }
@@ -155,7 +176,7 @@ func wellFormedInputs(t testing.TB) []any {
 // taken the fast path.
 func TestFastPathTaken(t *testing.T) {
 	for dname, data := range precomputeDatas() {
-		if dname == "odd" || dname == "wrong-types" {
+		if dname == "odd" || dname == "wrong-types" || dname == "images" || dname == "quota" || dname == "unknown-annotation" || dname == "bad-quotas" {
 			continue
 		}
 		opts := Options{}

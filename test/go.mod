@@ -51,6 +51,7 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	k8s.io/apiserver v0.34.4 // indirect
 	k8s.io/component-base v0.34.4 // indirect
+	k8s.io/component-helpers v0.34.4 // indirect
 )
 
 require (

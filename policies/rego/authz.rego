@@ -19,7 +19,10 @@
 #     checked in one rule body against the precomputed tables. Each of its
 #     checks proves that the general rules find nothing, or fails and leaves
 #     the decision to them, so it never decides otherwise than they do; it
-#     is taken only where the tables were precomputed.
+#     is taken only where the tables were precomputed, and where the input
+#     holds the pod's amounts already parsed (input.resources, which
+#     sar-bridge adds: a regex.match and a units.parse per amount were most
+#     of a decision's cost).
 #   - The general rules read input through references
 #     (`input.pod.spec.containers`), never hand it to a function (a call
 #     plugs and hashes its arguments); the few helpers left build messages
@@ -50,63 +53,47 @@ decision := {
 	"modifications": {"pod_annotations": annotations, "resource_limits": defaults},
 	"review": review,
 } if {
-	# Fast path (see the top): an allowed create, in one body.
+	# Fast path (see the top): an allowed create, in one body. It reads
+	# input.resources, which sar-bridge adds (null when an amount is not a
+	# quantity string of the grammar below): the amounts parsed as
+	# units.parse does, and largest[res], the largest limit of res, or
+	# request where a container sets no limit, of any container.
 	input.operation == "create"
 	review := input.review
 	review.allowed == true
 	why := review.reason
 	is_string(why)
-	s := _static
+	s := data.sar_bridge.precomputed.interlink.authz
 	fast := s.fast
-	cs := input.pod.spec.containers
-	is_array(cs)
-	ics := [c | some c in input.pod.spec.initContainers]
-	is_array(ics)
-	containers := array.concat(cs, ics)
+	amounts := input.resources.containers
 	groups := input.subject.groups
 	is_array(groups)
 	user := input.subject.username
 	is_string(user)
 
-	# Rule 2: the subject's caps, and every capped amount a valid quantity
-	# within them ("0" when a container sets none: always within a cap
-	# that is not negative; a null or odd amount fails the check).
+	# Rule 2: no container's amount over the subject's caps.
 	caps := fast.cap_sets[json.marshal(object.filter(fast.cap_groups, groups))].caps
-	count([1 |
-		some c in containers
-		some res, cap in caps
-		raw := object.get({"c": c}, ["c", "resources", "limits", res], object.get({"c": c}, ["c", "resources", "requests", res], "0"))
-		is_string(raw)
-		regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$`, raw)
-		units.parse(raw) <= cap.value
-	]) == count(containers) * count(caps)
+	largest := input.resources.largest
+	[res | some res, cap in caps; largest[res] > cap.value] == []
 
-	# Rule 3: with protected taints configured, every toleration has a key
-	# that is not protected, or one that is, Equal to a value every matching
-	# protected taint allows the subject to use.
+	# Rule 3: with protected taints configured (fast.keyed is 1, else 0),
+	# every toleration names a key, and each of a protected key is Equal to
+	# a value every matching protected taint allows the subject to use.
 	keys := s.protected_keys
 	tolerations := [t | some t in input.pod.spec.tolerations]
-	is_array(tolerations)
+	count([1 | some t in tolerations; k := t.key; is_string(k); k != ""]) >= count(tolerations) * fast.keyed
+	protected := [t | some t in tolerations; keys[t.key]]
 	count([1 |
-		count(keys) > 0
-		some t in tolerations
-		k := t.key
-		is_string(k)
-		k != ""
-		not keys[k]
-	]) + count([1 |
-		some t in tolerations
-		k := t.key
-		keys[k]
-		object.get({"t": t}, ["t", "operator"], "Equal") == "Equal"
-		v := object.get({"t": t}, ["t", "value"], "")
+		some t in protected
+		object.get(t, "operator", "Equal") == "Equal"
+		v := object.get(t, "value", "")
 		is_string(v)
-		entries := object.get(s.protected, [k, v], [])
-		count([1 |
-			some e in entries
-			count(object.filter(e.users, [user])) + count(object.filter(e.groups, groups)) > 0
-		]) == count(entries)
-	]) == count(tolerations) * min([count(keys), 1])
+		[e |
+			some e in object.get(s.protected, [t.key, v], [])
+			not e.users[user]
+			count(object.filter(e.groups, groups)) == 0
+		] == []
+	]) == count(protected)
 
 	# Rule 4: no tenant label, node label or nodeSelector of another tenant,
 	# and no required node affinity (the general rules read it).
@@ -117,6 +104,31 @@ decision := {
 	[v | v := input.pod.spec.nodeSelector[label]; v != tenant] == []
 	not input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
 
+	# Rule 6 (interlink.rego): no known restricted annotation the subject
+	# may not use, no other key configured, no image registries configured.
+	# Evaluating _interlink_violations itself would cost more than all this.
+	fast.restricted_known_only == true
+	fast.images_unrestricted == true
+	[1 |
+		_ = input.pod.metadata.annotations["slurm-job.vk.io/pre-exec"]
+		e := fast.restricted["slurm-job.vk.io/pre-exec"]
+		not e.users[user]
+		count(object.filter(e.groups, groups)) == 0
+	] == []
+	[1 |
+		_ = input.pod.metadata.annotations["slurm-job.vk.io/flags"]
+		e := fast.restricted["slurm-job.vk.io/flags"]
+		not e.users[user]
+		count(object.filter(e.groups, groups)) == 0
+	] == []
+
+	# Rule 7 (quota.rego): a tenant without a quota (with one, the general
+	# rules decide), and quotas that are well-formed.
+	not input.quota.request
+	quotas := data.sar_bridge.precomputed.interlink.quota_limits
+	quotas.errors == []
+	not quotas.tenants[tenant]
+
 	# Rule 5, as _pod_annotations and _resource_limits.
 	annotations := {"interlink.io/billing-project": p |
 		p := input.namespace.labels["interlink.io/billing-project"]
@@ -124,10 +136,9 @@ decision := {
 	}
 	defaults := {name: d |
 		d := s.default_limits
-		some c in containers
-		object.get({"c": c}, ["c", "resources", "limits"], null) in {null, {}}
-		name := c.name
-		is_string(name)
+		some a in amounts
+		a.limits == {} # absent, null or {}: amounts are never null
+		name := a.name # a string name, else ""
 		name != ""
 	}
 } else := {
@@ -177,6 +188,20 @@ _static := s if {
 _precompute := object.union(_pre_general, {"fast": {
 	"cap_groups": {g: true | some [g, _, _, _] in _pre_caps},
 	"cap_sets": _pre_cap_sets,
+	"keyed": min([count(_pre_protected), 1]),
+	"restricted": {key: {
+		"users": {u: true | us := data.interlink.restricted_annotations[key].users; is_array(us); some u in us; is_string(u)},
+		"groups": {g: true | gs := data.interlink.restricted_annotations[key].groups; is_array(gs); some g in gs; is_string(g)},
+	} |
+		some key in ["slurm-job.vk.io/pre-exec", "slurm-job.vk.io/flags"]
+	},
+	"restricted_known_only": count([key |
+		configured := data.interlink.restricted_annotations
+		is_object(configured)
+		some key, _ in configured
+		not key in {"slurm-job.vk.io/flags", "slurm-job.vk.io/pre-exec"}
+	]) == 0,
+	"images_unrestricted": count([1 | _ = data.interlink.image_registries]) == 0,
 }})
 
 # Everything below depends on data only (sar-bridge checks this at load) and
@@ -531,6 +556,16 @@ violations contains msg if {
 	some other in values
 	other != _tenant
 	msg := sprintf("required node affinity %s In %v selects tenant %q, not the pod's tenant %q", [_tenant_label, other, other, _tenant])
+}
+
+# Rules 6 and 7: interLink's own rules (interlink.rego) and tenant offload
+# quotas (quota.rego).
+violations contains msg if {
+	some msg in _interlink_violations
+}
+
+violations contains msg if {
+	some msg in _quota_violations
 }
 
 # ---------------------------------------------------------------------------

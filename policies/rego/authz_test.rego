@@ -602,7 +602,43 @@ test_non_create_skips_violations if {
 # Precomputed document and fast path (issue 19)
 # ---------------------------------------------------------------------------
 
-fast_cases := [
+# The fast path reads input.resources, which sar-bridge adds to every pod
+# decision (policies/resources.go): bridged(inp) adds it the same way.
+bridged(inp) := object.union(inp, {"resources": bridge_resources(inp.pod)})
+
+bridge_resources(pod) := {"containers": entries, "largest": largest} if {
+	cs := array.concat(
+		[c | some c in object.get(pod, ["spec", "containers"], [])],
+		[c | some c in object.get(pod, ["spec", "initContainers"], [])],
+	)
+	entries := [bridge_container(c) | some c in cs]
+	count(entries) == count(cs)
+	largest := {res: max([v | some e in entries; v := object.union(e.requests, e.limits)[res]]) |
+		some e in entries
+		some res, _ in object.union(e.requests, e.limits)
+	}
+} else := null
+
+bridge_container(c) := {"name": bridge_name(c), "limits": bridge_amounts(c, "limits"), "requests": bridge_amounts(c, "requests")}
+
+bridge_name(c) := c.name if is_string(c.name)
+
+else := ""
+
+bridge_amounts(c, kind) := {} if {
+	object.get(c, ["resources", kind], null) == null
+} else := {res: units.parse(raw) | some res, raw in c.resources[kind]} if {
+	amounts := c.resources[kind]
+	is_object(amounts)
+	every raw in amounts {
+		is_string(raw)
+		regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$`, raw)
+	}
+}
+
+fast_cases := [bridged(inp) | some inp in unbridged_fast_cases]
+
+unbridged_fast_cases := [
 	base,
 	one_container({"limits": {"cpu": "3500m", "memory": "12Gi"}}),
 	one_container({"limits": {"cpu": "4.5"}}),
@@ -637,6 +673,7 @@ test_precomputed_decides_as_computed if {
 			with data.interlink.protected_taints as protected
 			with data.interlink.default_limits as default_limits
 			with data.sar_bridge.precomputed.interlink.authz as pre
+			with data.sar_bridge.precomputed.interlink.quota_limits as data.interlink.quota_limits._precompute
 		d == authz.decision with input as inp
 			with data.interlink.limits as limits
 			with data.interlink.protected_taints as protected
@@ -650,12 +687,13 @@ test_fast_path_decides_allowed_create if {
 	pre := authz._precompute with data.interlink.limits as limits
 		with data.interlink.protected_taints as protected
 		with data.interlink.default_limits as default_limits
-	every inp in [base, fast_cases[1], fast_cases[8], fast_cases[9], fast_cases[14]] {
+	every inp in [fast_cases[0], fast_cases[1], fast_cases[8], fast_cases[9], fast_cases[14]] {
 		d := authz.decision with input as inp
 			with data.interlink.limits as limits
 			with data.interlink.protected_taints as protected
 			with data.interlink.default_limits as default_limits
 			with data.sar_bridge.precomputed.interlink.authz as pre
+			with data.sar_bridge.precomputed.interlink.quota_limits as data.interlink.quota_limits._precompute
 			with authz.allow as "general rules"
 		d.allowed == true
 	}
@@ -683,4 +721,20 @@ test_precompute_mistyped_cap_not_tabulated if {
 	pre.cap_errors == {team_group: ["invalid cpu cap four configured for group \"system:serviceaccounts:team-a\""]}
 	not pre.fast.cap_sets[json.marshal({team_group: true})]
 	pre.fast.cap_sets[json.marshal({"system:authenticated": true})].caps.cpu.raw == "2"
+}
+
+# Without input.resources (a caller that is not sar-bridge, or an amount the
+# bridge could not parse), the general rules decide.
+test_fast_path_needs_resources if {
+	pre := authz._precompute with data.interlink.limits as limits
+		with data.interlink.protected_taints as protected
+	every inp in [base, object.union(base, {"resources": null})] {
+		d := authz.decision with input as inp
+			with data.interlink.limits as limits
+			with data.interlink.protected_taints as protected
+			with data.sar_bridge.precomputed.interlink.authz as pre
+			with data.sar_bridge.precomputed.interlink.quota_limits as data.interlink.quota_limits._precompute
+			with authz.allow as "general rules"
+		d.allowed == "general rules"
+	}
 }

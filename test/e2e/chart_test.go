@@ -592,6 +592,7 @@ subjects:
 			// The chart's ClusterRole.
 			"namespaces [] [] [get list watch]",
 			"nodes [] [] [get list watch]",
+			"pods [] [] [list watch]",
 			"subjectaccessreviews.authorization.k8s.io [] [] [create]",
 			"tokenreviews.authentication.k8s.io [] [] [create]",
 			// What every authenticated user may (system:basic-user, system:discovery,

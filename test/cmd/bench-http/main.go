@@ -197,11 +197,13 @@ func prepare(args []string) error {
 		for k, v := range enrich {
 			opaInput[k] = v
 		}
+		opaInput["resources"] = podResources(w.name)
 		for target, input := range map[string]any{"bridge": bridgeInput, "opa": opaInput} {
 			b, err := json.Marshal(map[string]any{"input": input})
 			if err != nil {
 				return err
 			}
+			b = bytes.ReplaceAll(b, []byte(`"`+numberPlaceholder+`"`), []byte(Placeholder))
 			if err := os.WriteFile(filepath.Join(c.out, w.name+"."+target+".json"), b, 0o644); err != nil {
 				return err
 			}
@@ -289,6 +291,23 @@ func pod(workload string, c prepareConfig, tenant string) map[string]any {
 				map[string]any{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
 			},
 		},
+	}
+}
+
+// numberPlaceholder stands for Placeholder where the number goes in unquoted.
+const numberPlaceholder = "@NUMBER@"
+
+// podResources is input.resources as the bridge builds it for pod's one container
+// (policies.PodResources): the amounts as numbers, largest per resource.
+func podResources(workload string) map[string]any {
+	var memory any = 268435456 // 256Mi
+	if workload == "distinct" {
+		memory = numberPlaceholder // the request's number, in bytes
+	}
+	amounts := map[string]any{"cpu": 0.5, "memory": memory}
+	return map[string]any{
+		"containers": []any{map[string]any{"limits": map[string]any{}, "requests": amounts}},
+		"largest":    amounts,
 	}
 }
 

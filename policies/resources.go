@@ -1,0 +1,214 @@
+package policies
+
+import (
+	"regexp"
+	"sync"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/topdown"
+)
+
+// sar-bridge's input.resources gives policies the pod's resource amounts as numbers, so
+// that they compare amounts with caps and quotas without parsing a quantity per decision
+// (a regex.match and a units.parse each, most of the default policy's cost before):
+//
+//	{"containers": [{"name": name, "limits": {res: number}, "requests": {res: number}}, ...],
+//	 "largest": {res: number}}
+//
+// containers has one entry per container then per init container, in input.pod's order
+// (name is the container's name when it is a string, else "");
+// largest is, per resource, the largest amount one container sets: its limit, or its
+// request where it sets no limit (what per-container caps compare against). Each number
+// is what units.parse gives for the amount, and it is there only when the amount is a
+// string of the quantity grammar the default policy accepts; when any amount is not,
+// input.resources is null and policies read input.pod themselves.
+
+// quantityGrammar is the default policy's quantity grammar (rego/authz.rego).
+var quantityGrammar = regexp.MustCompile(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$`)
+
+// unitsParse is OPA's own units.parse, so numbers agree with the policy's to the digit.
+var unitsParse = topdown.GetBuiltin(ast.UnitsParse.Name)
+
+// Keys of input.pod and input.resources, allocated once.
+var (
+	specKey, resourcesKey     = ast.StringTerm("spec"), ast.StringTerm("resources")
+	nameKey                   = ast.StringTerm("name")
+	limitsKey, requestsKey    = ast.StringTerm("limits"), ast.StringTerm("requests")
+	containersKey, largestKey = ast.StringTerm("containers"), ast.StringTerm("largest")
+	containerLists            = []*ast.Term{containersKey, ast.StringTerm("initContainers")}
+)
+
+// PodResources is input.resources for a pod value (input.pod), or null.
+func PodResources(pod ast.Value) ast.Value {
+	podObj, ok := pod.(ast.Object)
+	if !ok {
+		return ast.Null{}
+	}
+	var spec ast.Object
+	if t := podObj.Get(specKey); t != nil {
+		if spec, ok = t.Value.(ast.Object); !ok {
+			return ast.Null{}
+		}
+	}
+	containers := make([]*ast.Term, 0, 2)
+	largest := ast.NewObject()
+	for _, list := range containerLists {
+		if spec == nil {
+			break
+		}
+		cs := spec.Get(list)
+		if cs == nil {
+			continue // absent
+		}
+		arr, ok := cs.Value.(*ast.Array)
+		if !ok {
+			return ast.Null{}
+		}
+		for i := range arr.Len() {
+			c, ok := containerAmounts(arr.Elem(i).Value)
+			if !ok {
+				return ast.Null{}
+			}
+			containers = append(containers, ast.NewTerm(c))
+			keepLargest(largest, c)
+		}
+	}
+	return ast.NewObject(
+		[2]*ast.Term{containersKey, ast.ArrayTerm(containers...)},
+		[2]*ast.Term{largestKey, ast.NewTerm(largest)},
+	)
+}
+
+// keepLargest raises largest[res] to a container's limit of res, or its request where
+// it sets no limit.
+func keepLargest(largest ast.Object, container ast.Object) {
+	limits := container.Get(limitsKey).Value.(ast.Object)
+	requests := container.Get(requestsKey).Value.(ast.Object)
+	raise := func(res, amount *ast.Term) {
+		if cur := largest.Get(res); cur == nil || ast.Compare(amount.Value, cur.Value) > 0 {
+			largest.Insert(res, amount)
+		}
+	}
+	limits.Foreach(raise)
+	requests.Foreach(func(res, amount *ast.Term) {
+		if limits.Get(res) == nil {
+			raise(res, amount)
+		}
+	})
+}
+
+// containerAmounts is one container's entry of input.resources; false when an amount is
+// not a quantity of the grammar (or the container is not an object).
+func containerAmounts(c ast.Value) (ast.Object, bool) {
+	obj, ok := c.(ast.Object)
+	if !ok {
+		return nil, false
+	}
+	var res ast.Object
+	if r := obj.Get(resourcesKey); r != nil {
+		switch v := r.Value.(type) {
+		case ast.Object:
+			res = v
+		case ast.Null:
+		default:
+			return nil, false
+		}
+	}
+	limits, ok := parsedAmounts(res, limitsKey)
+	if !ok {
+		return nil, false
+	}
+	requests, ok := parsedAmounts(res, requestsKey)
+	if !ok {
+		return nil, false
+	}
+	name := ast.StringTerm("")
+	if n := obj.Get(nameKey); n != nil {
+		if _, ok := n.Value.(ast.String); ok {
+			name = n
+		}
+	}
+	return ast.NewObject([2]*ast.Term{nameKey, name}, [2]*ast.Term{limitsKey, ast.NewTerm(limits)}, [2]*ast.Term{requestsKey, ast.NewTerm(requests)}), true
+}
+
+// parsedAmounts is res[kind] with every amount as units.parse gives it ({} when absent
+// or null); false when an amount is not a string of the grammar.
+func parsedAmounts(res ast.Object, kind *ast.Term) (ast.Value, bool) {
+	parsed := ast.NewObject()
+	if res == nil {
+		return parsed, true
+	}
+	t := res.Get(kind)
+	if t == nil {
+		return parsed, true
+	}
+	switch amounts := t.Value.(type) {
+	case ast.Null:
+		return parsed, true
+	case ast.Object:
+		ok := true
+		amounts.Foreach(func(name, raw *ast.Term) {
+			n, valid := quantityNumber(raw.Value)
+			if !valid {
+				ok = false
+				return
+			}
+			parsed.Insert(name, ast.NewTerm(n))
+		})
+		return parsed, ok
+	default:
+		return nil, false
+	}
+}
+
+// quantityNumber is units.parse(raw) for a string of the grammar. Amounts repeat
+// across pods ("500m", "1Gi"), so parsed ones are kept, a bounded number of them.
+func quantityNumber(raw ast.Value) (ast.Value, bool) {
+	s, ok := raw.(ast.String)
+	if !ok {
+		return nil, false
+	}
+	if v, ok := parsedQuantities.get(string(s)); ok {
+		return v, true
+	}
+	if !quantityGrammar.MatchString(string(s)) {
+		return nil, false
+	}
+	var out ast.Value
+	err := unitsParse(topdown.BuiltinContext{}, []*ast.Term{ast.NewTerm(s)}, func(t *ast.Term) error {
+		out = t.Value
+		return nil
+	})
+	if err != nil || out == nil {
+		return nil, false
+	}
+	parsedQuantities.add(string(s), out)
+	return out, true
+}
+
+// quantityCache maps quantity strings to their parsed value; it starts over when full
+// (a hit costs a map read, no allocation, which an LRU's boxed keys would).
+type quantityCache struct {
+	mu     sync.RWMutex
+	values map[string]ast.Value
+}
+
+const maxParsedQuantities = 4096
+
+var parsedQuantities = &quantityCache{values: map[string]ast.Value{}}
+
+func (c *quantityCache) get(s string) (ast.Value, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	v, ok := c.values[s]
+	return v, ok
+}
+
+func (c *quantityCache) add(s string, v ast.Value) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.values) >= maxParsedQuantities {
+		clear(c.values)
+	}
+	c.values[s] = v
+}

@@ -1,0 +1,52 @@
+package policies
+
+import (
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// TestPodResources: amounts parsed as units.parse does, largest per resource the limit
+// or else the request of one container, and null whenever an amount is not a quantity
+// string of the default policy's grammar (the policy then reads input.pod itself).
+func TestPodResources(t *testing.T) {
+	for _, tc := range []struct {
+		name, pod, want string
+	}{
+		{"limits and requests", `{"spec": {"containers": [
+			{"name": "main", "resources": {"limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "1", "memory": "2Gi"}}},
+			{"name": "side", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}`,
+			`{"containers": [{"name": "main", "limits": {"cpu": 2, "memory": 4294967296}, "requests": {"cpu": 1, "memory": 2147483648}},
+				{"name": "side", "limits": {}, "requests": {"cpu": 0.1, "memory": 67108864}}],
+			  "largest": {"cpu": 2, "memory": 4294967296}}`},
+		{"a request counts where no limit is set", `{"spec": {"containers": [
+			{"resources": {"limits": {"cpu": "1"}, "requests": {"cpu": "500m", "memory": "8Gi"}}},
+			{"resources": {"requests": {"cpu": "3"}}}]}}`,
+			`{"containers": [{"name": "", "limits": {"cpu": 1}, "requests": {"cpu": 0.5, "memory": 8589934592}}, {"name": "", "limits": {}, "requests": {"cpu": 3}}],
+			  "largest": {"cpu": 3, "memory": 8589934592}}`},
+		{"init containers after containers", `{"spec": {"containers": [{"name": "a"}],
+			"initContainers": [{"name": 7, "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}`,
+			`{"containers": [{"name": "a", "limits": {}, "requests": {}}, {"name": "", "limits": {"nvidia.com/gpu": 2}, "requests": {}}], "largest": {"nvidia.com/gpu": 2}}`},
+		{"null resources and amounts lists", `{"spec": {"containers": [{"resources": null}, {"resources": {"limits": null, "requests": {}}}]}}`,
+			`{"containers": [{"name": "", "limits": {}, "requests": {}}, {"name": "", "limits": {}, "requests": {}}], "largest": {}}`},
+		{"exponent and decimal SI", `{"spec": {"containers": [{"resources": {"limits": {"cpu": "1.5", "memory": "1e3"}}}]}}`,
+			`{"containers": [{"name": "", "limits": {"cpu": 1.5, "memory": 1000}, "requests": {}}], "largest": {"cpu": 1.5, "memory": 1000}}`},
+		{"no containers", `{"metadata": {"name": "p"}}`, `{"containers": [], "largest": {}}`},
+		{"a quantity outside the grammar", `{"spec": {"containers": [{"resources": {"limits": {"cpu": "5u"}}}]}}`, `null`},
+		{"a number, not a string", `{"spec": {"containers": [{"resources": {"limits": {"cpu": 2}}}]}}`, `null`},
+		{"a null amount", `{"spec": {"containers": [{"resources": {"limits": {"cpu": null}}}]}}`, `null`},
+		{"not a quantity", `{"spec": {"containers": [{"resources": {"requests": {"memory": "lots"}}}]}}`, `null`},
+		{"containers not an array", `{"spec": {"containers": {"name": "a"}}}`, `null`},
+		{"a container not an object", `{"spec": {"containers": ["a"]}}`, `null`},
+		{"resources not an object", `{"spec": {"containers": [{"resources": "big"}]}}`, `null`},
+		{"limits not an object", `{"spec": {"containers": [{"resources": {"limits": ["1"]}}]}}`, `null`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := ast.MustParseTerm(tc.pod).Value
+			want := ast.MustParseTerm(tc.want).Value
+			if got := PodResources(pod); ast.Compare(got, want) != 0 {
+				t.Errorf("PodResources =\n %v\nwant\n %v", got, want)
+			}
+		})
+	}
+}
