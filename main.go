@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/go-kit/log"
@@ -46,9 +47,22 @@ func main() {
 		os.Exit(2)
 	}
 	o.complete()
+	tuneGC()
 	if err := run(o, logger); err != nil {
 		level.Error(logger).Log("msg", "exiting", "err", err)
 		os.Exit(1)
+	}
+}
+
+// gcPercent is the heap growth between collections the server runs with unless GOGC
+// says otherwise: a decision allocates much that dies at once against a small live
+// heap, so collecting at 5x the live heap rather than 2x saves a good part of the CPU.
+// GOMEMLIMIT (the manifests set it to the container's memory limit) bounds the heap.
+const gcPercent = 400
+
+func tuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,23 @@ func TestNewLogger(t *testing.T) {
 		_, err := newLogger(tt.level, tt.format)
 		if (err == nil) != (tt.wantErr == "") || err != nil && !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("newLogger(%q, %q) = %v, want %q", tt.level, tt.format, err, tt.wantErr)
+		}
+	}
+}
+
+// TestTuneGC: without GOGC the server collects at gcPercent; with it, the operator's
+// value stands (the runtime read it at start, tuneGC leaves it alone).
+func TestTuneGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	for _, tc := range []struct {
+		gogc string
+		want int
+	}{{"", gcPercent}, {"150", 100}} {
+		t.Setenv("GOGC", tc.gogc)
+		debug.SetGCPercent(100)
+		tuneGC()
+		if got := debug.SetGCPercent(100); got != tc.want {
+			t.Errorf("GOGC=%q: GC percent %d, want %d", tc.gogc, got, tc.want)
 		}
 	}
 }
