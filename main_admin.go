@@ -21,10 +21,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sar-bridge/sar-bridge/admin"
+	"github.com/sar-bridge/sar-bridge/admission"
 	"github.com/sar-bridge/sar-bridge/authorizer"
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
 	"github.com/sar-bridge/sar-bridge/policies"
+	"github.com/sar-bridge/sar-bridge/quota"
 )
 
 // adminSyncTimeout bounds the wait for the first list of namespaces and nodes.
@@ -206,7 +208,11 @@ func newCheckAuthorizer(ctx context.Context, cfg decisionOptions, client kuberne
 	}
 	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff), noCache{},
 		authorizer.CachingReviewerOptions{Timeout: cfg.reviewTimeout})
-	authz := authorizer.New(cfg.authorizerConfig(mappings), reviewer, view, evaluator, nil, nil)
+	authzCfg := cfg.authorizerConfig(mappings)
+	if authzCfg.Quotas, err = checkQuotas(ctx, client, view, evaluator, cfg.tenantLabel); err != nil {
+		return nil, err
+	}
+	authz := authorizer.New(authzCfg, reviewer, view, evaluator, nil, nil)
 	if impersonating {
 		// The impersonation checks are reviews for the caller, which the server
 		// sends for its authenticated callers; here the caller is the kubeconfig's user,
@@ -217,6 +223,32 @@ func newCheckAuthorizer(ctx context.Context, cfg decisionOptions, client kuberne
 	}
 	return authz, nil
 }
+
+// checkQuotas follows tenants' usage on virtual nodes (the default
+// --admission.node-selector) as the server does, when the data has quotas, so that a
+// check answers for a tenant with a quota as the server would now; what it reserves
+// dies with the process.
+func checkQuotas(ctx context.Context, client kubernetes.Interface, view *kube.ClusterView, evaluator *policies.Evaluator, tenantLabel string) (authorizer.QuotaTracker, error) {
+	// Without quotas in the data, no pod need be listed (nor may the user be able to).
+	if quotas, ok, err := evaluator.Eval(ctx, []string{"interlink", "quotas"}, nil); err != nil || !ok || quotas == nil {
+		return nil, err
+	}
+	targets, err := admission.NewTargets(admission.DefaultNodeSelector, admission.DefaultTaintKey)
+	if err != nil {
+		return nil, err
+	}
+	t := quota.NewTracker(quota.Options{TenantLabel: tenantLabel, IsVirtual: targets.IsVirtual, Quotas: loadedData{evaluator}})
+	shared := view.Informers().Core().V1()
+	if err := t.Start(ctx, client, shared.Namespaces().Informer(), shared.Nodes().Informer(), time.Hour); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// loadedData is an Evaluator's data for a quota.Tracker: loaded once, never reloaded.
+type loadedData struct{ *policies.Evaluator }
+
+func (loadedData) Generation() uint64 { return 0 }
 
 // withKubeconfigUser puts the kubeconfig's user in ctx as the decision's caller, as the
 // API server names it (SelfSubjectReview).

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	testingclock "k8s.io/utils/clock/testing"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,21 +28,9 @@ type staticData struct{ *policies.Evaluator }
 
 func (staticData) Generation() uint64 { return 0 }
 
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // newQuotaAuthorizer decides with the default policy and data, and a tracker that
 // knows the given pods (all on virtual nodes).
-func newQuotaAuthorizer(tb testing.TB, data string, pods int) (*Authorizer, *quota.Tracker, *testClock) {
+func newQuotaAuthorizer(tb testing.TB, data string, pods int) (*Authorizer, *quota.Tracker, *testingclock.FakeClock) {
 	tb.Helper()
 	file := filepath.Join(tb.TempDir(), "data.json")
 	if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
@@ -52,7 +40,7 @@ func newQuotaAuthorizer(tb testing.TB, data string, pods int) (*Authorizer, *quo
 	if err != nil {
 		tb.Fatal(err)
 	}
-	clock := &testClock{now: time.Unix(1_700_000_000, 0)}
+	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
 	tracker := quota.NewTracker(quota.Options{TenantLabel: "interlink.io/tenant", Quotas: staticData{eval}, Now: clock.Now})
 	view := newView()
 	for _, ns := range view.namespaces {
@@ -120,7 +108,7 @@ func TestDecideQuotaMemoHitReserves(t *testing.T) {
 	if allowed, reason := decideQuota(t, a, quotaPod("x")); !allowed {
 		t.Fatalf("first: %q", reason)
 	}
-	clock.advance(time.Minute) // the reservation expires; the same input again
+	clock.Step(time.Minute) // the reservation expires; the same input again
 	hits := testutil.ToFloat64(a.metrics.memo.WithLabelValues(string(policies.MemoHit)))
 	if allowed, reason := decideQuota(t, a, quotaPod("x")); !allowed {
 		t.Fatalf("retry: %q", reason)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	testingclock "k8s.io/utils/clock/testing"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,23 +44,10 @@ func (d *fakeData) Generation() uint64 { return d.gen.Load() }
 
 func (d *fakeData) set(quotas any) { d.quotas.Store(&quotas); d.gen.Add(1) }
 
-// clock is a settable Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 const virtualLabel = "virtual-node.interlink/type"
 
-func newTestTracker(quotas any) (*Tracker, *clock) {
-	c := &clock{now: time.Unix(1_700_000_000, 0)}
+func newTestTracker(quotas any) (*Tracker, *testingclock.FakeClock) {
+	c := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
 	t := NewTracker(Options{
 		TenantLabel:    "interlink.io/tenant",
 		IsVirtual:      func(n *corev1.Node) bool { return n.Labels[virtualLabel] == "virtual-kubelet" },
@@ -273,25 +261,25 @@ func TestReservations(t *testing.T) {
 	cpu := rl("cpu", "1")
 	for _, tc := range []struct {
 		name string
-		run  func(t *testing.T, tr *Tracker, c *clock)
+		run  func(t *testing.T, tr *Tracker, c *testingclock.FakeClock)
 	}{
-		{"an allowed create counts until it expires", func(t *testing.T, tr *Tracker, c *clock) {
+		{"an allowed create counts until it expires", func(t *testing.T, tr *Tracker, c *testingclock.FakeClock) {
 			holdUsage(t, tr, pod("team-a", "new", "", cpu), "vk-1", true)
 			if got, _ := holdUsage(t, tr, pod("team-a", "other", "", cpu), "vk-1", false); got != `{"cpu": 1, "pods": 1}` {
 				t.Errorf("usage with a reservation = %s", got)
 			}
-			c.advance(30 * time.Second)
+			c.Step(30 * time.Second)
 			if got, _ := holdUsage(t, tr, pod("team-a", "other", "", cpu), "vk-1", false); got != `{}` {
 				t.Errorf("usage after the reservation expired = %s", got)
 			}
 		}},
-		{"a denied create reserves nothing", func(t *testing.T, tr *Tracker, _ *clock) {
+		{"a denied create reserves nothing", func(t *testing.T, tr *Tracker, _ *testingclock.FakeClock) {
 			holdUsage(t, tr, pod("team-a", "new", "", cpu), "vk-1", false)
 			if got, _ := holdUsage(t, tr, pod("team-a", "other", "", cpu), "vk-1", false); got != `{}` {
 				t.Errorf("usage = %s", got)
 			}
 		}},
-		{"the informer showing the pod ends the reservation, by name", func(t *testing.T, tr *Tracker, _ *clock) {
+		{"the informer showing the pod ends the reservation, by name", func(t *testing.T, tr *Tracker, _ *testingclock.FakeClock) {
 			p := pod("team-a", "new", "", cpu)
 			holdUsage(t, tr, p, "vk-1", true)
 			p.Spec.NodeName = "vk-1"
@@ -304,7 +292,7 @@ func TestReservations(t *testing.T) {
 				t.Errorf("reservation left: %v", tr.resByKey)
 			}
 		}},
-		{"the informer showing the pod ends the reservation, by UID", func(t *testing.T, tr *Tracker, _ *clock) {
+		{"the informer showing the pod ends the reservation, by UID", func(t *testing.T, tr *Tracker, _ *testingclock.FakeClock) {
 			p := pod("team-a", "", "", cpu) // generateName: no name yet
 			p.UID = "uid-generated"
 			holdUsage(t, tr, p, "vk-1", true)
@@ -314,7 +302,7 @@ func TestReservations(t *testing.T) {
 				t.Errorf("usage = %s: want nothing (the pod landed on a node that is not virtual)", got)
 			}
 		}},
-		{"a pod the informer shows already is not reserved again", func(t *testing.T, tr *Tracker, _ *clock) {
+		{"a pod the informer shows already is not reserved again", func(t *testing.T, tr *Tracker, _ *testingclock.FakeClock) {
 			p := pod("team-a", "bound", "vk-1", cpu)
 			tr.UpsertPod(p)
 			// interLink decides pods that exist: the pod is not part of its own usage.
@@ -328,7 +316,7 @@ func TestReservations(t *testing.T) {
 				t.Errorf("usage = %s", got)
 			}
 		}},
-		{"a retried create does not count itself", func(t *testing.T, tr *Tracker, _ *clock) {
+		{"a retried create does not count itself", func(t *testing.T, tr *Tracker, _ *testingclock.FakeClock) {
 			p := pod("team-a", "retried", "", cpu)
 			holdUsage(t, tr, p, "vk-1", true)
 			if got, _ := holdUsage(t, tr, p, "vk-1", true); got != `{}` {
@@ -338,7 +326,7 @@ func TestReservations(t *testing.T) {
 				t.Errorf("usage = %s: want the pod reserved once", got)
 			}
 		}},
-		{"a reservation on another node counts for the tenant only", func(t *testing.T, tr *Tracker, _ *clock) {
+		{"a reservation on another node counts for the tenant only", func(t *testing.T, tr *Tracker, _ *testingclock.FakeClock) {
 			holdUsage(t, tr, pod("team-a", "new", "", cpu), "vk-2", true)
 			if tenant, onNode := holdUsage(t, tr, pod("team-a", "other", "", cpu), "vk-1", false); tenant != `{"cpu": 1, "pods": 1}` || onNode != `{}` {
 				t.Errorf("usage = %s, on vk-1 %s", tenant, onNode)

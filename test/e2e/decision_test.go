@@ -37,7 +37,9 @@ func TestBridgeIdentity(t *testing.T) {
 		{"list", "", "namespaces", true},
 		{"watch", "", "nodes", true},
 		{"get", "", "nodes", true},
-		{"list", "", "pods", false},
+		{"list", "", "pods", true}, // tenant offload quotas: usage on virtual nodes
+		{"get", "", "pods", false},
+		{"delete", "", "pods", false},
 		{"create", "", "namespaces", false},
 		{"get", "", "secrets", false},
 		{"update", "", "nodes", false},

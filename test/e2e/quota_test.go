@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,6 +61,13 @@ subjects:
 // quota-e2e a quota of pods pods.
 func quotaBridge(t *testing.T, pods int) *cluster.Bridge {
 	t.Helper()
+	b, _ := quotaBridgeData(t, pods)
+	return b
+}
+
+// quotaBridgeData is quotaBridge, and the data file it decides with.
+func quotaBridgeData(t *testing.T, pods int) (*cluster.Bridge, string) {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := suite.cluster.ApplyYAML(ctx, quotaFixtures); err != nil {
 		t.Fatalf("fixtures: %v", err)
@@ -78,7 +86,7 @@ func quotaBridge(t *testing.T, pods int) *cluster.Bridge {
 		t.Fatal(err)
 	}
 	// Later flags win: this data file replaces the suite's.
-	return newBridge(t, "--openshift.mappings="+quotaTenant+"=interlink.io", "--policies.data="+path)
+	return newBridge(t, "--openshift.mappings="+quotaTenant+"=interlink.io", "--policies.data="+path), path
 }
 
 // bindQuotaPod creates a pod bound to the virtual node through the API (no kubelet
@@ -109,7 +117,7 @@ func quotaCreate(name string) map[string]any {
 }
 
 func TestQuotaPods(t *testing.T) {
-	b := quotaBridge(t, 2)
+	b, data := quotaBridgeData(t, 2)
 	bindQuotaPod(t, "bound-1")
 	bindQuotaPod(t, "bound-2")
 
@@ -121,6 +129,17 @@ func TestQuotaPods(t *testing.T) {
 	}
 	t.Logf("third create denied after %s", took.Round(time.Millisecond))
 	checkDecision(t, r, deny(`tenant "quota-e2e" would use 3 pods on virtual nodes, over its quota of 2 (2 in use, this pod requests 1)`))
+
+	// `sar-bridge check` answers as the server does: same quota, same usage.
+	podFile := filepath.Join(t.TempDir(), "pod.json")
+	if err := os.WriteFile(podFile, []byte(mustMarshal(t, newPod(quotaNS, "runner", "checked"))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := runCLI(t, "", "check", "--kubeconfig="+adminKubeconfig(t), "--openshift.mappings="+quotaTenant+"=interlink.io",
+		"--policies.data="+data, "-f", podFile, "--node", quotaVK)
+	if want := `tenant "quota-e2e" would use 3 pods on virtual nodes, over its quota of 2 (2 in use, this pod requests 1)`; got.code != 1 || !strings.Contains(got.stdout, want) {
+		t.Errorf("check: exit code %d, stdout %q, stderr %q; want 1 and %q", got.code, got.stdout, got.stderr, want)
+	}
 
 	if err := deleteQuotaPod("bound-1"); err != nil {
 		t.Fatal(err)
