@@ -237,18 +237,13 @@ func checkQuotas(ctx context.Context, client kubernetes.Interface, view *kube.Cl
 	if err != nil {
 		return nil, err
 	}
-	t := quota.NewTracker(quota.Options{TenantLabel: tenantLabel, IsVirtual: targets.IsVirtual, Quotas: loadedData{evaluator}})
+	t := quota.NewTracker(quota.Options{TenantLabel: tenantLabel, IsVirtual: targets.IsVirtual, Quotas: evaluator})
 	shared := view.Informers().Core().V1()
 	if err := t.Start(ctx, client, shared.Namespaces().Informer(), shared.Nodes().Informer(), time.Hour); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
-
-// loadedData is an Evaluator's data for a quota.Tracker: loaded once, never reloaded.
-type loadedData struct{ *policies.Evaluator }
-
-func (loadedData) Generation() uint64 { return 0 }
 
 // withKubeconfigUser puts the kubeconfig's user in ctx as the decision's caller, as the
 // API server names it (SelfSubjectReview).

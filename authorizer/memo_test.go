@@ -3,12 +3,12 @@ package authorizer
 import (
 	"context"
 	"fmt"
-	"github.com/open-policy-agent/opa/v1/ast"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	authorizationv1 "k8s.io/api/authorization/v1"
 
 	"github.com/prometheus/client_golang/prometheus"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	testingclock "k8s.io/utils/clock/testing"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,17 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/sar-bridge/sar-bridge/cache"
 	"github.com/sar-bridge/sar-bridge/mapping"
 	"github.com/sar-bridge/sar-bridge/policies"
 	"github.com/sar-bridge/sar-bridge/quota"
 )
-
-// staticData serves an Evaluator's data to a quota.Tracker: it is never reloaded.
-type staticData struct{ *policies.Evaluator }
-
-func (staticData) Generation() uint64 { return 0 }
 
 // newQuotaAuthorizer decides with the default policy and data, and a tracker that
 // knows the given pods (all on virtual nodes).
@@ -41,7 +36,7 @@ func newQuotaAuthorizer(tb testing.TB, data string, pods int) (*Authorizer, *quo
 		tb.Fatal(err)
 	}
 	clock := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	tracker := quota.NewTracker(quota.Options{TenantLabel: "interlink.io/tenant", Quotas: staticData{eval}, Now: clock.Now})
+	tracker := quota.NewTracker(quota.Options{TenantLabel: "interlink.io/tenant", Quotas: eval, Now: clock.Now})
 	view := newView()
 	for _, ns := range view.namespaces {
 		tracker.UpsertNamespace(ns)

@@ -243,6 +243,10 @@ var errDataNotObject = errors.New("top level must be an object")
 // bare) keeps a `false` document defined.
 const resultVar = "result"
 
+// Generation is 0: an Evaluator's policy and data never change (Reloader's count
+// its reloads).
+func (e *Evaluator) Generation() uint64 { return 0 }
+
 // Eval evaluates data.<path...> with input, as OPA's Data API does.
 // defined is false when the document is undefined.
 func (e *Evaluator) Eval(ctx context.Context, path []string, input map[string]any) (any, bool, error) {

@@ -193,14 +193,9 @@ _precompute := object.union(_pre_general, {"fast": {
 		"users": {u: true | us := data.interlink.restricted_annotations[key].users; is_array(us); some u in us; is_string(u)},
 		"groups": {g: true | gs := data.interlink.restricted_annotations[key].groups; is_array(gs); some g in gs; is_string(g)},
 	} |
-		some key in ["slurm-job.vk.io/pre-exec", "slurm-job.vk.io/flags"]
+		some key in _restricted_annotation_keys
 	},
-	"restricted_known_only": count([key |
-		configured := data.interlink.restricted_annotations
-		is_object(configured)
-		some key, _ in configured
-		not key in {"slurm-job.vk.io/flags", "slurm-job.vk.io/pre-exec"}
-	]) == 0,
+	"restricted_known_only": count(_unknown_restricted_keys) == 0,
 	"images_unrestricted": count([1 | _ = data.interlink.image_registries]) == 0,
 }})
 

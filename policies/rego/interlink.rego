@@ -54,14 +54,24 @@ _restricted_annotation_message(key) := sprintf("annotation %q is restricted: sub
 # The names configured for key, as the rules above read them.
 _configured_names(key, kind) := [n | ns := data.interlink.restricted_annotations[key][kind]; is_array(ns); some n in ns]
 
+# The keys restricted above; authz.rego's fast path and _precompute read this
+# file's documents (_restricted_annotation_keys, _unknown_restricted_keys) so
+# that what it proves is what these rules check.
+_restricted_annotation_keys := {"slurm-job.vk.io/flags", "slurm-job.vk.io/pre-exec"}
+
+# Keys the admin restricts that this policy cannot (data alone).
+_unknown_restricted_keys contains key if {
+	configured := data.interlink.restricted_annotations
+	is_object(configured)
+	some key, _ in configured
+	not key in _restricted_annotation_keys
+}
+
 # A key the admin meant to restrict must not go unenforced: every create is
 # refused until it is removed (or checked by a policy of one's own).
 _interlink_violations contains msg if {
 	input.operation == "create"
-	configured := data.interlink.restricted_annotations
-	is_object(configured)
-	some key, _ in configured
-	not key in {"slurm-job.vk.io/flags", "slurm-job.vk.io/pre-exec"}
+	some key in _unknown_restricted_keys
 	msg := sprintf("data.interlink.restricted_annotations names %q, which the default policy cannot restrict (it restricts slurm-job.vk.io/flags and slurm-job.vk.io/pre-exec): remove it, or check it in a policy of your own", [key])
 }
 

@@ -20,6 +20,9 @@ package interlink.authz
 #
 # Cost: the rules for a tenant with a quota fail at input.quota.request
 # when there is none; the two others read the precomputed table once.
+# authz.rego's fast path proves these rules silent without evaluating them:
+# no input.quota.request, no table errors, no table entry for the tenant.
+# A rule that can fire otherwise must be proved there too.
 
 _quota_table := data.interlink.quota_limits.table
 
