@@ -122,6 +122,7 @@ func benchInput(t testing.TB) map[string]any {
 // embedded policy, compiled together over the same data.
 type policyPair struct {
 	baseline, current, trivial rego.PreparedEvalQuery
+	evaluator                  *Evaluator // as the bridge builds it, with both extra modules
 }
 
 // preparePair builds an Evaluator the way the bridge does (New, with data as
@@ -152,7 +153,7 @@ func preparePair(t testing.TB, data string, doc string) policyPair {
 		}
 		return pq
 	}
-	return policyPair{baseline: prep("authz_baseline"), current: prep("authz"), trivial: prep("bench_trivial")}
+	return policyPair{baseline: prep("authz_baseline"), current: prep("authz"), trivial: prep("bench_trivial"), evaluator: e}
 }
 
 // trivialPolicy calibrates BenchmarkPolicy: the fixed cost of one prepared
@@ -180,6 +181,8 @@ func evalResult(t testing.TB, pq rego.PreparedEvalQuery, opts ...rego.EvalOption
 // "parsed" converts the input to an ast.Value once (rego.EvalParsedInput), as
 // a caller holding a parsed input would: issue 19's target applies to it.
 // "trivial-parsed" is the fixed cost of any evaluation on this machine.
+// "bridge" is the default policy's decision as the bridge evaluates it
+// (Evaluator.EvalValue without memo: OPA's evaluator called directly).
 func BenchmarkPolicy(b *testing.B) {
 	pair := preparePair(b, benchData, "decision")
 	in := benchInput(b)
@@ -216,6 +219,18 @@ func BenchmarkPolicy(b *testing.B) {
 			}
 		})
 	}
+	decision := []string{"interlink", "authz", "decision"}
+	b.Run("bridge", func(b *testing.B) {
+		if got, err := pair.evaluator.EvalValue(ctx, decision, parsed, Memo{}); err != nil || !reflect.DeepEqual(got.Value, want) {
+			b.Fatalf("decision differs from the baseline's: %v (%v)\nwant %v", got.Value, err, want)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := pair.evaluator.EvalValue(ctx, decision, parsed, Memo{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // TestPolicyMatchesBaseline evaluates the rewritten policy and the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/open-policy-agent/opa/v1/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -74,6 +75,48 @@ func ClusterBuiltins(reader ClusterReader) []func(*rego.Rego) {
 }
 
 type clusterBuiltins struct{ reader ClusterReader }
+
+// clusterFuncs implements the cluster built-ins for OPA's evaluator, as the
+// Evaluator calls it directly (evalQuery): memoised per evaluation like
+// rego.Function's Memoize, so that one decision sees one state of the cluster
+// per call, and halting on errors.
+func clusterFuncs(reader ClusterReader) map[string]*topdown.Builtin {
+	b := clusterBuiltins{reader: reader}
+	return map[string]*topdown.Builtin{
+		builtinK8sGet:  {Decl: clusterBuiltinDecls[builtinK8sGet], Func: memoised(builtinK8sGet, b.get)},
+		builtinK8sList: {Decl: clusterBuiltinDecls[builtinK8sList], Func: memoised(builtinK8sList, b.list)},
+	}
+}
+
+// clusterCall is a cluster built-in call, the key of its memoised result.
+type clusterCall struct{ name, args string }
+
+type clusterResult struct {
+	term *ast.Term // nil: undefined
+	err  error
+}
+
+func memoised(name string, f func(rego.BuiltinContext, *ast.Term, *ast.Term, *ast.Term) (*ast.Term, error)) topdown.BuiltinFunc {
+	return func(bctx topdown.BuiltinContext, operands []*ast.Term, iter func(*ast.Term) error) error {
+		key := clusterCall{name: name, args: ast.NewArray(operands[:3]...).String()}
+		hit, ok := bctx.Cache.Get(key)
+		if !ok {
+			t, err := f(bctx, operands[0], operands[1], operands[2])
+			hit = clusterResult{term: t, err: err}
+			bctx.Cache.Put(key, hit)
+		}
+		r := hit.(clusterResult)
+		if r.err != nil {
+			// As rego reports a halting custom function's error.
+			e := &topdown.Error{Code: topdown.BuiltinErr, Message: name + ": " + r.err.Error(), Location: bctx.Location}
+			return topdown.Halt{Err: e.Wrap(r.err)}
+		}
+		if r.term == nil {
+			return nil
+		}
+		return iter(r.term)
+	}
+}
 
 // get implements k8s.get. Errors halt the evaluation: a failed read must never
 // turn into an undefined expression (and so, perhaps, an allow).

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/rego"
 	"k8s.io/utils/lru"
 
 	"github.com/sar-bridge/sar-bridge/astjson"
@@ -104,7 +103,7 @@ func (e *Evaluator) EvalValue(ctx context.Context, path []string, input ast.Valu
 		return Result{Memo: MemoOff}, err
 	}
 	if m.Salt == nil || !p.footprint.memoisable() {
-		v, defined, err := evalPrepared(ctx, path, p, rego.EvalParsedInput(input))
+		v, defined, err := e.evalQuery(ctx, path, p, input)
 		return Result{Value: v, Defined: defined, Memo: MemoOff}, err
 	}
 	key := memoKey(path, m.Salt, p.footprint, input)
@@ -112,7 +111,7 @@ func (e *Evaluator) EvalValue(ctx context.Context, path []string, input ast.Valu
 	if hit, ok := e.memo.get(key, now); ok {
 		return Result{Value: hit.value, Defined: hit.defined, Memo: MemoHit}, nil
 	}
-	v, defined, err := evalPrepared(ctx, path, p, rego.EvalParsedInput(input))
+	v, defined, err := e.evalQuery(ctx, path, p, input)
 	if err != nil {
 		return Result{Memo: MemoMiss}, err
 	}

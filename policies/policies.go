@@ -18,9 +18,11 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/topdown"
+	"github.com/open-policy-agent/opa/v1/util"
 	"k8s.io/utils/lru"
 	"sigs.k8s.io/yaml"
 )
@@ -56,7 +58,7 @@ type Evaluator struct {
 	store    storage.Store
 	prepared *lru.Cache // cacheKey(path) → *preparedQuery, nil when statically undefined
 	memo     *memo
-	cluster  []func(*rego.Rego) // the cluster built-ins (cluster.go)
+	builtins map[string]*topdown.Builtin // the cluster built-ins (cluster.go)
 }
 
 // DefaultModules returns the embedded policy sources (tests excluded),
@@ -164,7 +166,7 @@ func (s snapshot) build() (*Evaluator, error) {
 		store:    store,
 		prepared: lru.New(cacheSize),
 		memo:     newMemo(memoSize),
-		cluster:  ClusterBuiltins(s.cluster),
+		builtins: clusterFuncs(s.cluster),
 	}, nil
 }
 
@@ -241,7 +243,7 @@ var errDataNotObject = errors.New("top level must be an object")
 
 // resultVar receives the document; binding it (rather than querying the ref
 // bare) keeps a `false` document defined.
-const resultVar = "result"
+const resultVar = ast.Var("result")
 
 // Generation is 0: an Evaluator's policy and data never change (Reloader's count
 // its reloads).
@@ -254,38 +256,73 @@ func (e *Evaluator) Eval(ctx context.Context, path []string, input map[string]an
 	if err != nil || p == nil {
 		return nil, false, err
 	}
-	var evalOpts []rego.EvalOption
+	var value ast.Value
 	if input != nil {
-		evalOpts = append(evalOpts, rego.EvalInput(input))
+		// As rego does: a JSON round trip turns typed slices and structs into
+		// what InterfaceToValue reads.
+		var raw any = input
+		if err := util.RoundTrip(&raw); err != nil {
+			return nil, false, fmt.Errorf("converting input: %w", err)
+		}
+		if value, err = ast.InterfaceToValue(raw); err != nil {
+			return nil, false, fmt.Errorf("converting input: %w", err)
+		}
 	}
-	return evalPrepared(ctx, path, p, evalOpts...)
+	return e.evalQuery(ctx, path, p, value)
 }
 
-// evalPrepared evaluates a prepared query and reads its result binding.
-func evalPrepared(ctx context.Context, path []string, p *preparedQuery, opts ...rego.EvalOption) (any, bool, error) {
-	rs, err := p.pq.Eval(ctx, opts...)
+// evalQuery evaluates a prepared query with OPA's evaluator and reads its result
+// binding; input may be nil (no input). The evaluator is called directly, not
+// through rego.PreparedEvalQuery, whose metrics, instrumentation and result set
+// cost a tenth of a default decision (issue 19); the options it would set are
+// the ones below.
+func (e *Evaluator) evalQuery(ctx context.Context, path []string, p *preparedQuery, input ast.Value) (any, bool, error) {
+	txn, err := e.store.NewTransaction(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("evaluating %s: %w", pathString(path), err)
 	}
-	if len(rs) == 0 {
+	defer e.store.Abort(ctx, txn)
+	q := topdown.NewQuery(p.body).
+		WithCompiler(e.compiler).
+		WithStore(e.store).
+		WithTransaction(txn).
+		WithBuiltins(e.builtins).
+		WithMetrics(metrics.NoOp()) // nothing reads them; a fresh set costs allocations
+	if input != nil {
+		q = q.WithInput(ast.NewTerm(input))
+	}
+	if ctx.Done() != nil {
+		cancel := topdown.NewCancel()
+		q = q.WithCancel(cancel)
+		defer context.AfterFunc(ctx, cancel.Cancel)()
+	}
+	var result *ast.Term
+	err = q.Iter(ctx, func(qr topdown.QueryResult) error {
+		result = qr[resultVar]
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("evaluating %s: %w", pathString(path), err)
+	}
+	if result == nil {
 		return nil, false, nil
 	}
-	v, ok := rs[0].Bindings[resultVar]
-	if !ok {
-		return nil, false, nil
+	v, err := ast.JSON(result.Value)
+	if err != nil {
+		return nil, false, fmt.Errorf("evaluating %s: %w", pathString(path), err)
 	}
 	return v, true, nil
 }
 
-// preparedQuery is a query ready to evaluate and what of the input it can read.
+// preparedQuery is a compiled query and what of the input it can read.
 type preparedQuery struct {
-	pq        rego.PreparedEvalQuery
+	body      ast.Body
 	footprint footprint
 }
 
-// prepare returns the cached or newly prepared query for path; nil (without
+// prepare returns the cached or newly compiled query for path; nil (without
 // error) means the path is statically undefined.
-func (e *Evaluator) prepare(ctx context.Context, path []string) (*preparedQuery, error) {
+func (e *Evaluator) prepare(_ context.Context, path []string) (*preparedQuery, error) {
 	if len(path) == 0 {
 		return nil, errors.New("policy path is empty")
 	}
@@ -302,9 +339,8 @@ func (e *Evaluator) prepare(ctx context.Context, path []string) (*preparedQuery,
 	if p, ok := e.prepared.Get(key); ok {
 		return p.(*preparedQuery), nil
 	}
-	query := ast.NewBody(ast.Equality.Expr(ast.VarTerm(resultVar), ast.NewTerm(ref)))
-	opts := append([]func(*rego.Rego){rego.ParsedQuery(query), rego.Compiler(e.compiler), rego.Store(e.store)}, e.cluster...)
-	pq, err := rego.New(opts...).PrepareForEval(ctx)
+	query := ast.NewBody(ast.Equality.Expr(ast.NewTerm(resultVar), ast.NewTerm(ref)))
+	body, err := e.compiler.QueryCompiler().Compile(query)
 	if err != nil {
 		if staticallyUndefined(err) {
 			// Cached as nil: rules and data are fixed for the Evaluator's
@@ -315,7 +351,7 @@ func (e *Evaluator) prepare(ctx context.Context, path []string) (*preparedQuery,
 		return nil, fmt.Errorf("preparing query for %s: %w", pathString(path), err)
 	}
 	// A concurrent miss may have prepared the same path; either copy works.
-	p := &preparedQuery{pq: pq, footprint: inputFootprint(e.compiler, ref)}
+	p := &preparedQuery{body: body, footprint: inputFootprint(e.compiler, ref)}
 	e.prepared.Add(key, p)
 	return p, nil
 }

@@ -104,6 +104,11 @@ func wellFormedInputs(t testing.TB) []any {
 		map[string]any{"key": "hpc.example/gpu", "value": "v100"},
 		map[string]any{"key": "hpc.example/reserved", "operator": "Equal", "value": "bigmem"},
 		map[string]any{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "tolerationSeconds": 300},
+		// Keyless Exists tolerates every taint: refused where taints are protected.
+		map[string]any{"operator": "Exists"},
+		map[string]any{"key": nil, "operator": "Exists"},
+		map[string]any{"key": "", "operator": "Exists", "effect": "NoSchedule"},
+		map[string]any{"key": "hpc.example/gpu", "operator": "Exists"},
 	}
 	subjects := []any{
 		map[string]any{"username": "system:serviceaccount:team-a:runner", "groups": []any{"system:serviceaccounts", "system:serviceaccounts:team-a", "system:authenticated"}},
@@ -206,7 +211,9 @@ func TestFastPathTaken(t *testing.T) {
 				t.Errorf("data %s: allowed input took the general rules: %s", dname, ij)
 			}
 		}
-		if allowed < 20 || fast < 10 {
+		// many-groups names more groups than every subset is tabulated for: a
+		// subject in two of them takes the general rules.
+		if minFast := map[bool]int{true: 5, false: 10}[dname == "many-groups"]; allowed < 15 || fast < minFast {
 			t.Errorf("data %s: %d well-formed inputs allowed, %d by the fast path", dname, allowed, fast)
 		}
 		t.Logf("data %s: %d well-formed inputs allowed, %d by the fast path", dname, allowed, fast)

@@ -16,13 +16,18 @@
 #     the part the general rules need when it is absent (the opa CLI,
 #     `opa test`, an OPA server), with the same results.
 #   - `decision` has a fast path: an allowed create of a well-formed pod is
-#     checked in one rule body against the precomputed tables. Each of its
-#     checks proves that the general rules find nothing, or fails and leaves
-#     the decision to them, so it never decides otherwise than they do; it
-#     is taken only where the tables were precomputed, and where the input
-#     holds the pod's amounts already parsed (input.resources, which
-#     sar-bridge adds: a regex.match and a units.parse per amount were most
-#     of a decision's cost).
+#     checked in one rule body against the profile of its subject, looked
+#     up once: for the subject's user (when data names it) and the subset of
+#     its groups data names, the caps, the restricted annotations and the
+#     protected tolerations it may not use, all worked out at load
+#     (_pre_profiles). Each check proves that the general rules find
+#     nothing, or fails and leaves the decision to them, so it never decides
+#     otherwise than they do; it is taken only where the profiles were
+#     precomputed, and where the input holds the pod's amounts already
+#     parsed (input.resources, which sar-bridge adds: a regex.match and a
+#     units.parse per amount were most of a decision's cost). Its cost is
+#     the number of expressions it evaluates, per toleration and container
+#     too, so every check is a lookup or a comparison.
 #   - The general rules read input through references
 #     (`input.pod.spec.containers`), never hand it to a function (a call
 #     plugs and hashes its arguments); the few helpers left build messages
@@ -53,81 +58,62 @@ decision := {
 	"modifications": {"pod_annotations": annotations, "resource_limits": defaults},
 	"review": review,
 } if {
-	# Fast path (see the top): an allowed create, in one body. It reads
-	# input.resources, which sar-bridge adds (null when an amount is not a
-	# quantity string of the grammar below): the amounts parsed as
-	# units.parse does, and largest[res], the largest limit of res, or
-	# request where a container sets no limit, of any container.
+	# Fast path (see the top): an allowed create, in one body, against the
+	# profile of the subject precomputed for its user and the groups of it
+	# that data names (_pre_profiles). It reads input.resources, which
+	# sar-bridge adds (null when an amount is not a quantity string of the
+	# grammar below): largest[res] is the largest limit of res, or request
+	# where a container sets no limit, of any container, parsed as
+	# units.parse does.
 	input.operation == "create"
 	review := input.review
 	review.allowed == true
 	why := review.reason
 	is_string(why)
-	s := data.sar_bridge.precomputed.interlink.authz
-	fast := s.fast
-	amounts := input.resources.containers
+	fast := data.sar_bridge.precomputed.interlink.authz.fast
+	user := input.subject.username # any other than a string named user: "*"
 	groups := input.subject.groups
 	is_array(groups)
-	user := input.subject.username
-	is_string(user)
+	profile := fast.profiles[object.get(fast.users, user, "*")][json.marshal(object.filter(fast.groups, groups))]
+	tenant := input.tenant
+	is_string(tenant)
 
-	# Rule 2: no container's amount over the subject's caps.
-	caps := fast.cap_sets[json.marshal(object.filter(fast.cap_groups, groups))].caps
+	# Rule 2: no container's amount over the subject's caps (a cap is
+	# "none" where the subject has none: every number sorts before it).
 	largest := input.resources.largest
-	[res | some res, cap in caps; largest[res] > cap.value] == []
+	object.get(largest, "cpu", 0) <= profile.cpu
+	object.get(largest, "memory", 0) <= profile.memory
 
-	# Rule 3: with protected taints configured (fast.keyed is 1, else 0),
-	# every toleration names a key, and each of a protected key is Equal to
-	# a value every matching protected taint allows the subject to use.
-	keys := s.protected_keys
-	tolerations := [t | some t in input.pod.spec.tolerations]
-	count([1 | some t in tolerations; k := t.key; is_string(k); k != ""]) >= count(tolerations) * fast.keyed
-	protected := [t | some t in tolerations; keys[t.key]]
-	count([1 |
-		some t in protected
-		object.get(t, "operator", "Equal") == "Equal"
-		v := object.get(t, "value", "")
-		is_string(v)
-		[e |
-			some e in object.get(s.protected, [t.key, v], [])
-			not e.users[user]
-			count(object.filter(e.groups, groups)) == 0
-		] == []
-	]) == count(protected)
+	# Rule 3: every toleration of a protected key is Equal to a string value
+	# the subject may use, or that no protected taint has; with protected
+	# taints, no Exists toleration lacks a key.
+	keys := fast.protected_keys
+	protected := [t | some t in input.pod.spec.tolerations; keys[t.key]]
+	[1 | some t in protected; not fast.equal_operators[object.get(t, "operator", "")]] == []
+	[1 | some t in protected; not is_string(object.get(t, "value", ""))] == []
+	[1 | some t in protected; profile.denied_tolerations[t.key][object.get(t, "value", "")]] == []
+	[1 |
+		fast.keyed
+		some t in input.pod.spec.tolerations
+		t.operator == "Exists"
+		[1 | k := t.key; is_string(k); k != ""] == []
+	] == []
 
 	# Rule 4: no tenant label, node label or nodeSelector of another tenant,
 	# and no required node affinity (the general rules read it).
-	tenant := input.tenant
-	is_string(tenant)
 	label := input.tenant_label
 	[v | v := input.node.labels[label]; v != tenant] == []
 	[v | v := input.pod.spec.nodeSelector[label]; v != tenant] == []
 	not input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
 
-	# Rule 6 (interlink.rego): no known restricted annotation the subject
-	# may not use, no other key configured, no image registries configured.
-	# Evaluating _interlink_violations itself would cost more than all this.
-	fast.restricted_known_only == true
-	fast.images_unrestricted == true
-	[1 |
-		_ = input.pod.metadata.annotations["slurm-job.vk.io/pre-exec"]
-		e := fast.restricted["slurm-job.vk.io/pre-exec"]
-		not e.users[user]
-		count(object.filter(e.groups, groups)) == 0
-	] == []
-	[1 |
-		_ = input.pod.metadata.annotations["slurm-job.vk.io/flags"]
-		e := fast.restricted["slurm-job.vk.io/flags"]
-		not e.users[user]
-		count(object.filter(e.groups, groups)) == 0
-	] == []
-
-	# Rule 7 (quota.rego): a tenant without a quota (with one, the general
-	# rules decide), and quotas that are well-formed.
-	not input.quota.request
-	quotas := data.sar_bridge.precomputed.interlink.quota_limits
-	quotas.errors == []
-	not quotas.tenants[tenant]
+	# Rule 6 (interlink.rego): no restricted annotation the subject may not
+	# use. Rule 7 (quota.rego): a tenant without a quota (with one, the
+	# general rules decide). Profiles exist only where nothing else of rules
+	# 6 and 7 applies.
+	# Each key is read by name (the decision memo keys on what is read).
+	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/pre-exec"]; profile.denied_annotations["slurm-job.vk.io/pre-exec"]] == []
+	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/flags"]; profile.denied_annotations["slurm-job.vk.io/flags"]] == []
+	not fast.quota_tenants[tenant]
 
 	# Rule 5, as _pod_annotations and _resource_limits.
 	annotations := {"interlink.io/billing-project": p |
@@ -135,8 +121,8 @@ decision := {
 		is_string(p)
 	}
 	defaults := {name: d |
-		d := s.default_limits
-		some a in amounts
+		d := fast.default_limits
+		some a in input.resources.containers
 		a.limits == {} # absent, null or {}: amounts are never null
 		name := a.name # a string name, else ""
 		name != ""
@@ -185,19 +171,113 @@ _static := s if {
 # The document sar-bridge precomputes: _pre_general plus "fast", the tables
 # of the fast path, which are only worth building once per load (so the
 # fast path is taken only where they were precomputed).
-_precompute := object.union(_pre_general, {"fast": {
-	"cap_groups": {g: true | some [g, _, _, _] in _pre_caps},
-	"cap_sets": _pre_cap_sets,
-	"keyed": min([count(_pre_protected), 1]),
-	"restricted": {key: {
-		"users": {u: true | us := data.interlink.restricted_annotations[key].users; is_array(us); some u in us; is_string(u)},
-		"groups": {g: true | gs := data.interlink.restricted_annotations[key].groups; is_array(gs); some g in gs; is_string(g)},
-	} |
-		some key in _restricted_annotation_keys
+_precompute := object.union(_pre_general, {"fast": object.union(
+	{
+		"groups": {g: true | some g in _pre_named_groups},
+		"users": {u: concat("", ["user:", u]) | some u in _pre_named_users},
+		"profiles": _pre_profiles,
+		"protected_keys": _pre_general.protected_keys,
+		"keyed": count(_pre_protected) > 0,
+		"equal_operators": {"": true, "Equal": true},
+		"quota_tenants": {t: true | some t, _ in data.interlink.quota_limits._precompute.tenants},
 	},
-	"restricted_known_only": count(_unknown_restricted_keys) == 0,
-	"images_unrestricted": count([1 | _ = data.interlink.image_registries]) == 0,
-}})
+	{"default_limits": d | d := _pre_general.default_limits},
+)})
+
+# Every group and user data names: caps, protected taints, restricted
+# annotations. A subject's profile depends on these alone.
+_pre_named_groups := ({g |
+	some [g, _, _, _] in _pre_caps
+} | {g |
+	some p in _pre_general.protected[_][_]
+	some g, _ in p.groups
+}) | {g |
+	some key in _restricted_annotation_keys
+	gs := data.interlink.restricted_annotations[key].groups
+	is_array(gs)
+	some g in gs
+	is_string(g)
+}
+
+_pre_named_users := {u |
+	some p in _pre_general.protected[_][_]
+	some u, _ in p.users
+} | {u |
+	some key in _restricted_annotation_keys
+	us := data.interlink.restricted_annotations[key].users
+	is_array(us)
+	some u in us
+	is_string(u)
+}
+
+# The profiles of subjects: {user key: {JSON of {group: true}: profile}}, by
+# "*" for a user data does not name, else "user:" and the name (at most 16
+# named users have profiles), and by the subset of named groups the
+# subject is in (every subset of up to 8 groups, else none or one):
+#
+#   cpu, memory:         the subject's cap (its groups' largest), or "none"
+#   denied_annotations:  {key: true}, the restricted annotations it may
+#                        not use
+#   denied_tolerations:  {key: {value: true}}, the protected taints it
+#                        may not tolerate
+#
+# A subset with a mistyped cap has no profile (its subjects are denied by
+# the general rules); nor has any, where rule 6 or 7 applies to every pod
+# (an unknown restricted key, image registries, mistyped quotas).
+_pre_profiles := {} if {
+	count(_unknown_restricted_keys) > 0
+} else := {} if {
+	_ = data.interlink.image_registries
+} else := {} if {
+	count(data.interlink.quota_limits._precompute.errors) > 0
+} else := {ukey: {json.marshal(sub): _pre_profile(user, sub) |
+	some sub in _pre_group_subsets(sort(_pre_named_groups))
+	count([1 | some g, _ in sub; _pre_cap_errors[g]]) == 0
+} |
+	some [ukey, user] in array.concat([["*", null]], [[concat("", ["user:", u]), u] | count(_pre_named_users) <= 16; some u in _pre_named_users])
+}
+
+_pre_profile(user, sub) := {
+	"cpu": _pre_profile_cap(sub, "cpu"),
+	"memory": _pre_profile_cap(sub, "memory"),
+	"denied_annotations": {key: true |
+		some key in _restricted_annotation_keys
+		not _pre_annotation_allowed(user, sub, key)
+	},
+	"denied_tolerations": {key: {value: true |
+		some value, entries in values
+		some e in entries
+		not _pre_entry_allows(e, user, sub)
+	} |
+		some key, values in _pre_general.protected
+	},
+}
+
+_pre_profile_cap(sub, res) := vs[0] if {
+	vs := [c.value | some c in _pre_general.caps[res]; sub[c.group]]
+	count(vs) > 0
+} else := "none"
+
+_pre_annotation_allowed(user, _, key) if {
+	is_string(user)
+	us := data.interlink.restricted_annotations[key].users
+	is_array(us)
+	user in us
+}
+
+_pre_annotation_allowed(_, sub, key) if {
+	gs := data.interlink.restricted_annotations[key].groups
+	is_array(gs)
+	some g in gs
+	sub[g]
+}
+
+_pre_entry_allows(e, user, _) if e.users[user]
+
+_pre_entry_allows(e, _, sub) if {
+	some g, _ in sub
+	e.groups[g]
+}
 
 # Everything below depends on data only (sar-bridge checks this at load) and
 # is JSON (objects with string keys serve as sets):
@@ -241,20 +321,6 @@ _pre_cap_errors := {g: [sprintf("invalid %s cap %v configured for group %q", [re
 	g2 == g
 ] |
 	some [g, _, _, []] in _pre_caps
-}
-
-# The caps of a subject, by the subset of the capped groups it is in (as the
-# JSON of {group: true}), for every subset when at most 8 groups are capped,
-# else for none or one: {"caps": {res: cap}}. Subsets with a mistyped cap
-# are left out (their subjects are denied, by the general rules).
-_pre_cap_sets := {json.marshal(sub): {"caps": caps} |
-	groups := sort({g | some [g, _, _, _] in _pre_caps})
-	some sub in _pre_group_subsets(groups)
-	count([1 | some g, _ in sub; _pre_cap_errors[g]]) == 0
-	caps := {res: _pre_general.caps[res][r] |
-		some res, ranks in _pre_general.cap_rank
-		r := min([r | some g, _ in sub; r := ranks[g]])
-	}
 }
 
 _pre_group_subsets(groups) := [{g: true | some j, g in groups; bits.and(mask, bits.lsh(1, j)) != 0} |

@@ -659,6 +659,7 @@ unbridged_fast_cases := [
 	object.union(base, {"namespace": {"labels": {"interlink.io/billing-project": "proj-42"}}}),
 	object.union(base, {"review": {"allowed": false, "reason": "RBAC: denied"}}),
 	bad_pod,
+	tol({"key": "hpc.example/reserved", "operator": "Equal", "value": "other"}),
 ]
 
 # With the precomputed document in data, as sar-bridge stores it, every
@@ -687,7 +688,7 @@ test_fast_path_decides_allowed_create if {
 	pre := authz._precompute with data.interlink.limits as limits
 		with data.interlink.protected_taints as protected
 		with data.interlink.default_limits as default_limits
-	every inp in [fast_cases[0], fast_cases[1], fast_cases[8], fast_cases[9], fast_cases[14]] {
+	every inp in [fast_cases[0], fast_cases[1], fast_cases[8], fast_cases[9], fast_cases[14], fast_cases[20]] {
 		d := authz.decision with input as inp
 			with data.interlink.limits as limits
 			with data.interlink.protected_taints as protected
@@ -712,15 +713,47 @@ test_precompute_caps_ranked if {
 
 	# The subject of base is in two capped groups: the larger cap of each wins.
 	key := json.marshal({team_group: true, "system:authenticated": true})
-	pre.fast.cap_sets[key].caps.cpu.group == team_group
-	pre.fast.cap_sets[key].caps.memory.group == "system:authenticated"
+	pre.fast.profiles["*"][key].cpu == 4
+	pre.fast.profiles["*"][key].memory == 17179869184
+
+	# In no capped group, no cap: "none" sorts after every number.
+	pre.fast.profiles["*"]["{}"].cpu == "none"
 }
 
 test_precompute_mistyped_cap_not_tabulated if {
 	pre := authz._precompute with data.interlink.limits as {team_group: {"cpu": "four"}, "system:authenticated": {"cpu": "2"}}
 	pre.cap_errors == {team_group: ["invalid cpu cap four configured for group \"system:serviceaccounts:team-a\""]}
-	not pre.fast.cap_sets[json.marshal({team_group: true})]
-	pre.fast.cap_sets[json.marshal({"system:authenticated": true})].caps.cpu.raw == "2"
+	not pre.fast.profiles["*"][json.marshal({team_group: true})]
+	not pre.fast.profiles["*"][json.marshal({team_group: true, "system:authenticated": true})]
+	pre.fast.profiles["*"][json.marshal({"system:authenticated": true})].cpu == 2
+}
+
+# A user data names has profiles of its own; others share "*".
+test_precompute_profiles_by_user if {
+	pre := authz._precompute with data.interlink.protected_taints as protected
+	pre.fast.users == {sa: concat("", ["user:", sa])}
+	pre.fast.profiles["*"]["{}"].denied_tolerations == {"hpc.example/reserved": {"gpu": true}}
+	pre.fast.profiles["*"][json.marshal({"gpu-users": true})].denied_tolerations == {"hpc.example/reserved": {}}
+	pre.fast.profiles[concat("", ["user:", sa])]["{}"].denied_tolerations == {"hpc.example/reserved": {}}
+}
+
+# Restricted annotations: nobody may use them unless data says who.
+test_precompute_profiles_annotations if {
+	pre := authz._precompute
+	pre.fast.profiles["*"]["{}"].denied_annotations == {"slurm-job.vk.io/flags": true, "slurm-job.vk.io/pre-exec": true}
+	opened := authz._precompute with data.interlink.restricted_annotations as {"slurm-job.vk.io/flags": {"groups": [team_group]}}
+	opened.fast.profiles["*"][json.marshal({team_group: true})].denied_annotations == {"slurm-job.vk.io/pre-exec": true}
+	opened.fast.profiles["*"]["{}"].denied_annotations == {"slurm-job.vk.io/flags": true, "slurm-job.vk.io/pre-exec": true}
+}
+
+# Where rule 6 or 7 applies to every pod, there is no profile, so no fast path.
+test_precompute_no_profiles if {
+	images := authz._precompute with data.interlink.image_registries as {"*": ["docker.io"]}
+	images.fast.profiles == {}
+	unknown := authz._precompute with data.interlink.restricted_annotations as {"example.org/x": {"users": ["bob"]}}
+	unknown.fast.profiles == {}
+	quotas := authz._precompute with data.interlink.quotas as ["tenant-a"]
+	quotas.fast.profiles == {}
 }
 
 # Without input.resources (a caller that is not sar-bridge, or an amount the
