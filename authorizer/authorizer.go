@@ -191,7 +191,8 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 	in.Insert(ast.StringTerm("namespace"), ast.NewTerm(nsValue))
 	in.Insert(ast.StringTerm("node"), ast.NewTerm(nodeVal))
 	in.Insert(ast.StringTerm("review"), ast.NewTerm(t.summary.value()))
-	in.Insert(ast.StringTerm("resources"), ast.NewTerm(req.resources))
+	in.Insert(ast.StringTerm("resources"), ast.NewTerm(req.derived.resources))
+	in.Insert(ast.StringTerm("tolerations"), ast.NewTerm(req.derived.tolerations))
 
 	releaseQuota, err := a.holdQuota(ctx, req, t, in)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // its value form, and the typed fields the pipeline needs.
 type podRequest struct {
 	input     ast.Object
-	resources ast.Value // input.resources (policies.PodResources)
+	derived   podDerived // input.resources and input.tolerations
 	Operation string
 	Pod       *corev1.Pod
 	User      *inputUser
@@ -56,7 +56,7 @@ func decodePodInput(raw []byte, specs podSpecs) (podRequest, error) {
 	if _, isObject := pod.Value.(ast.Object); !ok || !isObject {
 		return req, inputErrorf("input.pod is required and must be a JSON object")
 	}
-	if req.Pod, req.resources, err = specs.decode(pod.Raw, pod.Value); err != nil {
+	if req.Pod, req.derived, err = specs.decode(pod.Raw, pod.Value); err != nil {
 		return req, inputErrorf("input.pod is not a valid Pod: %v", err)
 	}
 	if req.Pod.Namespace == "" {
@@ -90,23 +90,35 @@ func decodePodInput(raw []byte, specs podSpecs) (podRequest, error) {
 // pipeline reads of a spec is kept.
 type podSpecs struct{ valid *lru.Cache }
 
-// specFields is what the pipeline reads of a pod's spec, and the spec's
-// input.resources.
+// specFields is what the pipeline reads of a pod's spec, and what the bridge derives
+// from it for the policy.
 type specFields struct {
 	serviceAccountName, deprecatedServiceAccount, nodeName string
-	resources                                              ast.Value
+	derived                                                podDerived
+}
+
+// podDerived is what the bridge adds to the input from the pod's spec, so that
+// policies read it ready-made (policies.PodResources, policies.PodTolerations).
+type podDerived struct {
+	resources   ast.Value // input.resources
+	tolerations ast.Value // input.tolerations
+}
+
+func derive(pod ast.Value) podDerived {
+	return podDerived{resources: policies.PodResources(pod), tolerations: policies.PodTolerations(pod)}
 }
 
 func newPodSpecs() podSpecs { return podSpecs{valid: lru.New(1024)} }
 
-// decode decodes a pod strictly (see decodePodInput) and gives its input.resources;
+// decode decodes a pod strictly (see decodePodInput) and gives what the bridge derives
+// from it (input.resources, input.tolerations);
 // raw must be valid JSON (a member DecodeObject returned) and value its Rego value. A
 // spec seen before is not decoded again: the rest of the pod is, as a Pod without spec,
 // so errors read as they would.
-func (p podSpecs) decode(raw []byte, value ast.Value) (*corev1.Pod, ast.Value, error) {
+func (p podSpecs) decode(raw []byte, value ast.Value) (*corev1.Pod, podDerived, error) {
 	members, err := astjson.ValidMembers(raw) // raw is a member DecodeObject checked
 	if err != nil {
-		return nil, nil, err
+		return nil, podDerived{}, err
 	}
 	spec, hasSpec := members["spec"]
 	key := sha256.Sum256(spec)
@@ -114,21 +126,21 @@ func (p podSpecs) decode(raw []byte, value ast.Value) (*corev1.Pod, ast.Value, e
 		delete(members, "spec")
 		pod := &corev1.Pod{}
 		if err := strictUnmarshal(joinMembers(members), pod, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields); err != nil {
-			return nil, nil, err
+			return nil, podDerived{}, err
 		}
 		f := hit.(specFields)
 		pod.Spec.ServiceAccountName, pod.Spec.DeprecatedServiceAccount, pod.Spec.NodeName = f.serviceAccountName, f.deprecatedServiceAccount, f.nodeName
-		return pod, f.resources, nil
+		return pod, f.derived, nil
 	}
 	pod := &corev1.Pod{}
 	if err := strictUnmarshal(raw, pod, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields); err != nil {
-		return nil, nil, err
+		return nil, podDerived{}, err
 	}
-	resources := policies.PodResources(value)
+	derived := derive(value)
 	if hasSpec {
-		p.valid.Add(key, specFields{pod.Spec.ServiceAccountName, pod.Spec.DeprecatedServiceAccount, pod.Spec.NodeName, resources})
+		p.valid.Add(key, specFields{pod.Spec.ServiceAccountName, pod.Spec.DeprecatedServiceAccount, pod.Spec.NodeName, derived})
 	}
-	return pod, resources, nil
+	return pod, derived, nil
 }
 
 // joinMembers writes an object of raw members back as JSON.

@@ -91,10 +91,15 @@ func benchInput(t testing.TB) map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tolerations, err := ast.JSON(PodTolerations(podValue))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return map[string]any{
-		"operation": "create",
-		"pod":       pod,
-		"resources": resources,
+		"operation":   "create",
+		"pod":         pod,
+		"resources":   resources,
+		"tolerations": tolerations,
 		"subject": benchSubject{
 			Username: "system:serviceaccount:team-a:runner",
 			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:team-a", "system:authenticated"},
@@ -356,13 +361,13 @@ func baselineInputs(t testing.TB) []any {
 			return pick(r, 1, "t", nil)
 		}
 		t := map[string]any{}
-		if k := pick(r, "hpc.example/gpu", "hpc.example/reserved", "other/taint", "", 5, "absent"); k != "absent" {
+		if k := pick(r, "hpc.example/gpu", "hpc.example/reserved", "other/taint", "", 5, nil, []any{"hpc.example/gpu"}, "absent"); k != "absent" {
 			t["key"] = k
 		}
-		if op := pick(r, "Exists", "Equal", "", "Like", 7, "absent"); op != "absent" {
+		if op := pick(r, "Exists", "Equal", "", "Like", 7, nil, "absent"); op != "absent" {
 			t["operator"] = op
 		}
-		if v := pick(r, "a100", "bigmem", "cpu", "", 3, "absent"); v != "absent" {
+		if v := pick(r, "a100", "bigmem", "cpu", "", 3, nil, "absent"); v != "absent" {
 			t["value"] = v
 		}
 		return t
@@ -446,11 +451,12 @@ func baselineInputs(t testing.TB) []any {
 	return inputs
 }
 
-// bridged sets input.resources the way the bridge does for every pod decision
-// (PodResources of input.pod; null when there is no pod object).
+// bridged sets input.resources and input.tolerations the way the bridge does for
+// every pod decision (PodResources and PodTolerations of input.pod; null when there is
+// no pod object).
 func bridged(t testing.TB, in map[string]any) map[string]any {
 	t.Helper()
-	var resources any
+	var resources, tolerations any
 	if pod, ok := in["pod"].(map[string]any); ok {
 		v, err := ast.InterfaceToValue(pod)
 		if err != nil {
@@ -459,8 +465,12 @@ func bridged(t testing.TB, in map[string]any) map[string]any {
 		if resources, err = ast.JSON(PodResources(v)); err != nil {
 			t.Fatal(err)
 		}
+		if tolerations, err = ast.JSON(PodTolerations(v)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	in["resources"] = resources
+	in["tolerations"] = tolerations
 	return in
 }
 

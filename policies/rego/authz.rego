@@ -23,11 +23,13 @@
 #     (_pre_profiles). Each check proves that the general rules find
 #     nothing, or fails and leaves the decision to them, so it never decides
 #     otherwise than they do; it is taken only where the profiles were
-#     precomputed, and where the input holds the pod's amounts already
-#     parsed (input.resources, which sar-bridge adds: a regex.match and a
-#     units.parse per amount were most of a decision's cost). Its cost is
-#     the number of expressions it evaluates, per toleration and container
-#     too, so every check is a lookup or a comparison.
+#     precomputed, and where the input holds what sar-bridge derives from
+#     the pod: its amounts parsed (input.resources: a regex.match and a
+#     units.parse per amount were most of a decision's cost) and its
+#     tolerations by key (input.tolerations: three passes over the
+#     tolerations were a quarter of what was left). Its cost is the number
+#     of expressions it evaluates, a built-in call costing two or three
+#     lookups, so every check is a lookup or a comparison.
 #   - The general rules read input through references
 #     (`input.pod.spec.containers`), never hand it to a function (a call
 #     plugs and hashes its arguments); the few helpers left build messages
@@ -60,11 +62,13 @@ decision := {
 } if {
 	# Fast path (see the top): an allowed create, in one body, against the
 	# profile of the subject precomputed for its user and the groups of it
-	# that data names (_pre_profiles). It reads input.resources, which
-	# sar-bridge adds (null when an amount is not a quantity string of the
-	# grammar below): largest[res] is the largest limit of res, or request
-	# where a container sets no limit, of any container, parsed as
-	# units.parse does.
+	# that data names (_pre_profiles). It reads what sar-bridge adds to the
+	# input (README, "Writing policies"): input.resources (null when an
+	# amount is not a quantity string of the grammar below), where
+	# largest[res] is the largest limit of res, or request where a container
+	# sets no limit, of any container, parsed as units.parse does; and
+	# input.tolerations, the pod's tolerations by key as the general rules
+	# read them (null when they are not a list).
 	input.operation == "create"
 	review := input.review
 	review.allowed == true
@@ -79,24 +83,21 @@ decision := {
 	is_string(tenant)
 
 	# Rule 2: no container's amount over the subject's caps (a cap is
-	# "none" where the subject has none: every number sorts before it).
+	# "none" where the subject has none: no number is greater).
 	largest := input.resources.largest
-	object.get(largest, "cpu", 0) <= profile.cpu
-	object.get(largest, "memory", 0) <= profile.memory
+	[1 | c := largest.cpu; c > profile.cpu] == []
+	[1 | m := largest.memory; m > profile.memory] == []
 
-	# Rule 3: every toleration of a protected key is Equal to a string value
-	# the subject may use, or that no protected taint has; with protected
-	# taints, no Exists toleration lacks a key.
-	keys := fast.protected_keys
-	protected := [t | some t in input.pod.spec.tolerations; keys[t.key]]
-	[1 | some t in protected; not fast.equal_operators[object.get(t, "operator", "")]] == []
-	[1 | some t in protected; not is_string(object.get(t, "value", ""))] == []
-	[1 | some t in protected; profile.denied_tolerations[t.key][object.get(t, "value", "")]] == []
+	# Rule 3: no toleration of a protected key with an operator other than
+	# Equal, nor with a value the subject may not use; with protected
+	# taints, no keyless Exists toleration (limit 0, else "none").
+	tolerations := input.tolerations
+	tolerations.keyless_exists <= fast.keyless_exists_limit
+	[1 | some key, _ in fast.protected_keys; tolerations.other[key]] == []
 	[1 |
-		fast.keyed
-		some t in input.pod.spec.tolerations
-		t.operator == "Exists"
-		[1 | k := t.key; is_string(k); k != ""] == []
+		some key, denied in profile.denied_tolerations
+		some value, _ in tolerations.equal[key]
+		denied[value]
 	] == []
 
 	# Rule 4: no tenant label, node label or nodeSelector of another tenant,
@@ -177,8 +178,7 @@ _precompute := object.union(_pre_general, {"fast": object.union(
 		"users": {u: concat("", ["user:", u]) | some u in _pre_named_users},
 		"profiles": _pre_profiles,
 		"protected_keys": _pre_general.protected_keys,
-		"keyed": count(_pre_protected) > 0,
-		"equal_operators": {"": true, "Equal": true},
+		"keyless_exists_limit": _pre_keyless_exists_limit,
 		"quota_tenants": {t: true | some t, _ in data.interlink.quota_limits._precompute.tenants},
 	},
 	{"default_limits": d | d := _pre_general.default_limits},
@@ -198,6 +198,12 @@ _pre_named_groups := ({g |
 	some g in gs
 	is_string(g)
 }
+
+# How many keyless Exists tolerations (which tolerate every taint) a pod may
+# have: none where taints are protected.
+_pre_keyless_exists_limit := 0 if {
+	count(_pre_protected) > 0
+} else := "none"
 
 _pre_named_users := {u |
 	some p in _pre_general.protected[_][_]
@@ -219,7 +225,7 @@ _pre_named_users := {u |
 #   denied_annotations:  {key: true}, the restricted annotations it may
 #                        not use
 #   denied_tolerations:  {key: {value: true}}, the protected taints it
-#                        may not tolerate
+#                        may not tolerate (keys it may tolerate left out)
 #
 # A subset with a mistyped cap has no profile (its subjects are denied by
 # the general rules); nor has any, where rule 6 or 7 applies to every pod
@@ -244,12 +250,14 @@ _pre_profile(user, sub) := {
 		some key in _restricted_annotation_keys
 		not _pre_annotation_allowed(user, sub, key)
 	},
-	"denied_tolerations": {key: {value: true |
-		some value, entries in values
-		some e in entries
-		not _pre_entry_allows(e, user, sub)
-	} |
+	"denied_tolerations": {key: denied |
 		some key, values in _pre_general.protected
+		denied := {value: true |
+			some value, entries in values
+			some e in entries
+			not _pre_entry_allows(e, user, sub)
+		}
+		count(denied) > 0
 	},
 }
 

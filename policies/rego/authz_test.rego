@@ -602,9 +602,43 @@ test_non_create_skips_violations if {
 # Precomputed document and fast path (issue 19)
 # ---------------------------------------------------------------------------
 
-# The fast path reads input.resources, which sar-bridge adds to every pod
-# decision (policies/resources.go): bridged(inp) adds it the same way.
-bridged(inp) := object.union(inp, {"resources": bridge_resources(inp.pod)})
+# The fast path reads input.resources and input.tolerations, which
+# sar-bridge adds to every pod decision (policies/resources.go,
+# policies/tolerations.go): bridged(inp) adds them the same way.
+bridged(inp) := object.union(inp, {"resources": bridge_resources(inp.pod), "tolerations": bridge_tolerations(inp.pod)})
+
+bridge_tolerations(pod) := {"equal": by_value, "other": other, "keyless_exists": count(keyless)} if {
+	ts := [t | some t in bridge_toleration_list(pod); is_object(t)]
+	other := {k: true | some t in ts; k := t.key; is_string(k); bridge_operator(t) != "Equal"}
+	by_value := {k: {v: true | some t2 in ts; t2.key == k; bridge_operator(t2) == "Equal"; v := bridge_value(t2)} |
+		some t in ts
+		k := t.key
+		is_string(k)
+		bridge_operator(t) == "Equal"
+	}
+	keyless := [1 | some t in ts; t.operator == "Exists"; not bridge_keyed(t)]
+} else := null
+
+bridge_toleration_list(pod) := [] if {
+	object.get(pod, ["spec", "tolerations"], null) == null
+	is_object(object.get(pod, "spec", {}))
+} else := pod.spec.tolerations if is_array(pod.spec.tolerations)
+
+bridge_operator(t) := op if {
+	op := t.operator
+	is_string(op)
+	op != ""
+} else := "Equal"
+
+bridge_value(t) := v if {
+	v := t.value
+	is_string(v)
+} else := ""
+
+bridge_keyed(t) if {
+	is_string(t.key)
+	t.key != ""
+}
 
 bridge_resources(pod) := {"containers": entries, "largest": largest} if {
 	cs := array.concat(
@@ -660,6 +694,17 @@ unbridged_fast_cases := [
 	object.union(base, {"review": {"allowed": false, "reason": "RBAC: denied"}}),
 	bad_pod,
 	tol({"key": "hpc.example/reserved", "operator": "Equal", "value": "other"}),
+	object.union(tol({"key": "hpc.example/reserved", "operator": 7, "value": "gpu"}), {"subject": gpu_group_subject}),
+	object.union(tol({"key": "hpc.example/reserved", "value": ["gpu"]}), {"subject": other_subject}),
+	tol({"key": "", "operator": "Exists"}),
+	tol({"key": 5, "operator": "Exists"}),
+	tol({"key": "hpc.example/reserved", "operator": "Like"}),
+	with_spec({"tolerations": [
+		{"key": "hpc.example/reserved", "value": "other"},
+		{"key": "hpc.example/reserved", "value": "gpu"},
+	]}),
+	with_spec({"tolerations": [1, {"key": "other/taint", "operator": "Exists"}]}),
+	with_spec({"tolerations": {"key": "other/taint"}}),
 ]
 
 # With the precomputed document in data, as sar-bridge stores it, every
@@ -733,8 +778,8 @@ test_precompute_profiles_by_user if {
 	pre := authz._precompute with data.interlink.protected_taints as protected
 	pre.fast.users == {sa: concat("", ["user:", sa])}
 	pre.fast.profiles["*"]["{}"].denied_tolerations == {"hpc.example/reserved": {"gpu": true}}
-	pre.fast.profiles["*"][json.marshal({"gpu-users": true})].denied_tolerations == {"hpc.example/reserved": {}}
-	pre.fast.profiles[concat("", ["user:", sa])]["{}"].denied_tolerations == {"hpc.example/reserved": {}}
+	pre.fast.profiles["*"][json.marshal({"gpu-users": true})].denied_tolerations == {}
+	pre.fast.profiles[concat("", ["user:", sa])]["{}"].denied_tolerations == {}
 }
 
 # Restricted annotations: nobody may use them unless data says who.
@@ -756,12 +801,18 @@ test_precompute_no_profiles if {
 	quotas.fast.profiles == {}
 }
 
-# Without input.resources (a caller that is not sar-bridge, or an amount the
-# bridge could not parse), the general rules decide.
-test_fast_path_needs_resources if {
+# Without input.resources or input.tolerations (a caller that is not
+# sar-bridge, an amount the bridge could not parse, tolerations that are not
+# a list), the general rules decide.
+test_fast_path_needs_bridged_input if {
 	pre := authz._precompute with data.interlink.limits as limits
 		with data.interlink.protected_taints as protected
-	every inp in [base, object.union(base, {"resources": null})] {
+	every inp in [
+		base,
+		object.union(bridged(base), {"resources": null}),
+		object.union(bridged(base), {"tolerations": null}),
+		object.remove(bridged(base), ["tolerations"]),
+	] {
 		d := authz.decision with input as inp
 			with data.interlink.limits as limits
 			with data.interlink.protected_taints as protected

@@ -198,6 +198,7 @@ func prepare(args []string) error {
 			opaInput[k] = v
 		}
 		opaInput["resources"] = podResources(w.name)
+		opaInput["tolerations"] = podTolerations()
 		for target, input := range map[string]any{"bridge": bridgeInput, "opa": opaInput} {
 			b, err := json.Marshal(map[string]any{"input": input})
 			if err != nil {
@@ -308,6 +309,20 @@ func podResources(workload string) map[string]any {
 	return map[string]any{
 		"containers": []any{map[string]any{"limits": map[string]any{}, "requests": amounts}},
 		"largest":    amounts,
+	}
+}
+
+// podTolerations is input.tolerations as the bridge builds it for pod's tolerations
+// (policies.PodTolerations): every one Exists with a key.
+func podTolerations() map[string]any {
+	return map[string]any{
+		"equal": map[string]any{},
+		"other": map[string]any{
+			"virtual-node.interlink/no-schedule": true,
+			"node.kubernetes.io/not-ready":       true,
+			"node.kubernetes.io/unreachable":     true,
+		},
+		"keyless_exists": 0,
 	}
 }
 
