@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+
 	"github.com/sar-bridge/sar-bridge/authorizer"
 )
 
@@ -96,8 +98,12 @@ func checkOne(ctx context.Context, d Decider, p Pod, opts CheckOptions) Outcome 
 		o.Err = err
 		return o
 	}
-	result, ok := decision.Result.(map[string]any)
-	if _, isBool := result["allowed"].(bool); !decision.Defined || !ok || !isBool {
+	var result map[string]any
+	if decision.Defined {
+		converted, _ := ast.JSON(decision.Result) // an answer that is not JSON is refused below
+		result, _ = converted.(map[string]any)
+	}
+	if _, isBool := result["allowed"].(bool); !isBool {
 		// A policy override that answers something else is not an allow.
 		o.Err = fmt.Errorf("data.%s has no boolean \"allowed\" (got %v)", strings.Join(DecisionPath, "."), decision.Result)
 		return o

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -35,10 +36,10 @@ func testPod(name string) Pod {
 }
 
 func decision(allowed bool, reason string, review map[string]any) authorizer.Decision {
-	return authorizer.Decision{ID: "id-" + reason, Defined: true, Result: map[string]any{
+	return authorizer.Decision{ID: "id-" + reason, Defined: true, Result: ast.MustInterfaceToValue(map[string]any{
 		"allowed": allowed, "reason": reason, "review": review,
 		"modifications": map[string]any{"pod_annotations": map[string]any{}, "resource_limits": map[string]any{}},
-	}}
+	})}
 }
 
 var podReview = map[string]any{"namespace": "ns", "verb": "create", "group": "g", "resource": "pods", "name": ""}

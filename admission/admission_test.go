@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -45,7 +46,10 @@ func (f *fakeDecider) record(raw json.RawMessage, s *authorizer.Subject) (author
 	if f.err != nil {
 		return authorizer.Decision{}, f.err
 	}
-	return authorizer.Decision{ID: "d-1", Result: f.result, Defined: f.result != nil}, nil
+	if f.result == nil {
+		return authorizer.Decision{ID: "d-1"}, nil
+	}
+	return authorizer.Decision{ID: "d-1", Result: ast.MustInterfaceToValue(f.result), Defined: true}, nil
 }
 
 func (f *fakeDecider) Decide(_ context.Context, _ []string, raw json.RawMessage) (authorizer.Decision, error) {

@@ -114,8 +114,9 @@ func New(cfg Config, reviewer *CachingReviewer, view ClusterView, evaluator Eval
 // Decision is the answer to one request.
 type Decision struct {
 	ID string
-	// Result is the policy document's value; meaningful only when Defined.
-	Result  any
+	// Result is the policy document's value, in Rego's value form (encode it with
+	// astjson.AppendJSON); nil unless Defined.
+	Result  ast.Value
 	Defined bool
 }
 
@@ -400,21 +401,31 @@ func denialReason(spec authorizationv1.SubjectAccessReviewSpec, r ReviewResult) 
 }
 
 // summarize reads the outcome and reason of a result for the decision log.
-func summarize(result any, defined bool) (outcome, reason string) {
+func summarize(result ast.Value, defined bool) (outcome, reason string) {
 	if !defined {
 		return "undefined", ""
 	}
 	switch r := result.(type) {
-	case bool:
-		return allowedWord(r), ""
-	case map[string]any:
-		reason, _ := r["reason"].(string)
-		if allowed, ok := r["allowed"].(bool); ok {
-			return allowedWord(allowed), reason
+	case ast.Boolean:
+		return allowedWord(bool(r)), ""
+	case ast.Object:
+		if s, ok := member(r, "reason").(ast.String); ok {
+			reason = string(s)
+		}
+		if allowed, ok := member(r, "allowed").(ast.Boolean); ok {
+			return allowedWord(bool(allowed)), reason
 		}
 		return "other", reason
 	}
 	return "other", ""
+}
+
+// member is obj[key], nil when absent.
+func member(obj ast.Object, key string) ast.Value {
+	if t := obj.Get(ast.InternedTerm(key)); t != nil {
+		return t.Value
+	}
+	return nil
 }
 
 func allowedWord(allowed bool) string {

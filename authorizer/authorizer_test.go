@@ -211,9 +211,9 @@ func TestDecide(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Decide: %v", err)
 			}
-			res, ok := d.Result.(map[string]any)
+			res, ok := jsonOf(d.Result).(map[string]any)
 			if !d.Defined || !ok {
-				t.Fatalf("result = %#v (defined %v), want an object", d.Result, d.Defined)
+				t.Fatalf("result = %#v (defined %v), want an object", jsonOf(d.Result), d.Defined)
 			}
 			if res["allowed"] != tt.wantAllowed {
 				t.Errorf("allowed = %v, want %v (reason %q)", res["allowed"], tt.wantAllowed, res["reason"])
@@ -246,17 +246,17 @@ func TestDecideModificationsAndAllowDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mods := d.Result.(map[string]any)["modifications"].(map[string]any)
+	mods := jsonOf(d.Result).(map[string]any)["modifications"].(map[string]any)
 	if got := mods["pod_annotations"].(map[string]any)["interlink.io/billing-project"]; got != "proj-7" {
 		t.Errorf("billing annotation = %v, want proj-7 from the namespace label", got)
 	}
 	d, err = a.Decide(context.Background(), []string{"interlink", "authz", "allow"}, json.RawMessage(podInput("create", "team-a", "runner", "")))
-	if err != nil || !d.Defined || d.Result != true {
-		t.Fatalf("allow document = %#v, %v, %v; want true", d.Result, d.Defined, err)
+	if err != nil || !d.Defined || jsonOf(d.Result) != true {
+		t.Fatalf("allow document = %#v, %v, %v; want true", jsonOf(d.Result), d.Defined, err)
 	}
 	d, err = a.Decide(context.Background(), []string{"interlink", "nothing"}, json.RawMessage(podInput("create", "team-a", "runner", "")))
 	if err != nil || d.Defined {
-		t.Fatalf("undefined document = %#v, %v, %v; want undefined", d.Result, d.Defined, err)
+		t.Fatalf("undefined document = %#v, %v, %v; want undefined", jsonOf(d.Result), d.Defined, err)
 	}
 }
 
@@ -313,8 +313,8 @@ func TestDecideErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.wantMessage) {
 				t.Errorf("err = %q, want it to contain %q", err, tt.wantMessage)
 			}
-			if d.Defined || d.Result != nil {
-				t.Errorf("an error came with a result: %#v", d.Result)
+			if d.Defined || jsonOf(d.Result) != nil {
+				t.Errorf("an error came with a result: %#v", jsonOf(d.Result))
 			}
 		})
 	}
@@ -420,8 +420,8 @@ func TestDecideImpersonation(t *testing.T) {
 				}
 				return
 			}
-			if d.Result.(map[string]any)["allowed"] != true || len(rev.specs) != 1 || rev.specs[0].User != tt.wantSubject {
-				t.Errorf("result %v, reviews %+v; want allowed for %s", d.Result, rev.specs, tt.wantSubject)
+			if jsonOf(d.Result).(map[string]any)["allowed"] != true || len(rev.specs) != 1 || rev.specs[0].User != tt.wantSubject {
+				t.Errorf("result %v, reviews %+v; want allowed for %s", jsonOf(d.Result), rev.specs, tt.wantSubject)
 			}
 		})
 	}
@@ -434,7 +434,7 @@ func TestDecideWaitsForFirstSync(t *testing.T) {
 	a := newTestAuthorizer(t, Config{}, &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}, view)
 	time.AfterFunc(100*time.Millisecond, func() { view.unsynced.Store(false) })
 	d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(podInput("create", "team-a", "runner", "")))
-	if err != nil || d.Result.(map[string]any)["allowed"] != true {
-		t.Fatalf("decision before the first sync = %v, %v; want it to wait and allow", d.Result, err)
+	if err != nil || jsonOf(d.Result).(map[string]any)["allowed"] != true {
+		t.Fatalf("decision before the first sync = %v, %v; want it to wait and allow", jsonOf(d.Result), err)
 	}
 }

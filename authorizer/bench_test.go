@@ -42,8 +42,8 @@ func BenchmarkDecide(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				d, err := a.Decide(context.Background(), decisionPath, bc.inputs[i%len(bc.inputs)])
-				if err != nil || d.Result.(map[string]any)["allowed"] != true {
-					b.Fatalf("decision %v %v", d.Result, err)
+				if err != nil || jsonOf(d.Result).(map[string]any)["allowed"] != true {
+					b.Fatalf("decision %v %v", jsonOf(d.Result), err)
 				}
 				i++
 			}

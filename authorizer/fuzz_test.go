@@ -189,8 +189,8 @@ func checkFuzzError(t *testing.T, d Decision, err error) {
 	default:
 		t.Fatalf("unexpected error %T: %v", err, err)
 	}
-	if d.Defined || d.Result != nil {
-		t.Fatalf("an error came with a result: %#v", d.Result)
+	if d.Defined || jsonOf(d.Result) != nil {
+		t.Fatalf("an error came with a result: %#v", jsonOf(d.Result))
 	}
 }
 
@@ -201,10 +201,10 @@ func isAllowed(path []string, d Decision) (allowed, ok bool) {
 		return false, false
 	}
 	if reflect.DeepEqual(path, fuzzAllowPath) {
-		b, ok := d.Result.(bool)
+		b, ok := jsonOf(d.Result).(bool)
 		return b, ok
 	}
-	m, ok := d.Result.(map[string]any)
+	m, ok := jsonOf(d.Result).(map[string]any)
 	if !ok {
 		return false, false
 	}
@@ -227,10 +227,10 @@ func FuzzDecide(f *testing.F) {
 		}
 		allowed, ok := isAllowed(path, d)
 		if !ok {
-			t.Fatalf("%v has the wrong shape: %#v (defined %v)", path, d.Result, d.Defined)
+			t.Fatalf("%v has the wrong shape: %#v (defined %v)", path, jsonOf(d.Result), d.Defined)
 		}
 		if allowed {
-			t.Fatalf("allowed although every review denies: %#v; input %s", d.Result, raw)
+			t.Fatalf("allowed although every review denies: %#v; input %s", jsonOf(d.Result), raw)
 		}
 	})
 }
@@ -256,7 +256,7 @@ func FuzzAllowAllReviewer(f *testing.F) {
 		}
 		allowed, ok := isAllowed(path, d)
 		if !ok {
-			t.Fatalf("%v has the wrong shape: %#v (defined %v)", path, d.Result, d.Defined)
+			t.Fatalf("%v has the wrong shape: %#v (defined %v)", path, jsonOf(d.Result), d.Defined)
 		}
 		if !allowed {
 			return
@@ -273,7 +273,7 @@ func FuzzAllowAllReviewer(f *testing.F) {
 			t.Fatalf("canonical input %s: %v", canonical, err)
 		}
 		if allowed2, _ := isAllowed(path, d2); !allowed2 {
-			t.Fatalf("input %s is allowed, but its canonical form %s is not: %#v", raw, canonical, d2.Result)
+			t.Fatalf("input %s is allowed, but its canonical form %s is not: %#v", raw, canonical, jsonOf(d2.Result))
 		}
 	})
 }

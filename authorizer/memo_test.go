@@ -70,7 +70,7 @@ func TestDecideMemo(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		if got := d.Result.(map[string]any)["allowed"]; got != s.wantAllowed {
+		if got := jsonOf(d.Result).(map[string]any)["allowed"]; got != s.wantAllowed {
 			t.Fatalf("%s: allowed %v, want %v", s.name, got, s.wantAllowed)
 		}
 		if ids[d.ID] {
@@ -94,7 +94,7 @@ func TestDecideSeesNewObjectVersions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mods := d.Result.(map[string]any)["modifications"].(map[string]any)
+		mods := jsonOf(d.Result).(map[string]any)["modifications"].(map[string]any)
 		return mods["pod_annotations"].(map[string]any)["interlink.io/billing-project"]
 	}
 	if got := billing(0); got != "proj-7" {

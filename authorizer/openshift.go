@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"golang.org/x/sync/errgroup"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -148,7 +149,7 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 	rec.add("subject", in.Subject, "tenant", in.Tenant, "permission", in.Permission, "resource", in.Resource)
 	deny := func(reason string) (Decision, error) {
 		rec.decided("denied", reason)
-		return Decision{Defined: true, Result: false}, nil
+		return Decision{Defined: true, Result: ast.Boolean(false)}, nil
 	}
 
 	group, mapped := a.cfg.Mappings.Group(in.Tenant)
@@ -203,8 +204,13 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 		rec.failed(false, "decision failed", err)
 		return Decision{}, err
 	}
+	value, err := ast.InterfaceToValue(result)
+	if err != nil {
+		rec.failed(false, "decision failed", err)
+		return Decision{}, fmt.Errorf("converting the answer: %w", err)
+	}
 	rec.decided(allowedWord(allowedResult(result)), reason)
-	return Decision{Defined: true, Result: result}, nil
+	return Decision{Defined: true, Result: value}, nil
 }
 
 // openshiftIdentity is whom a request is reviewed for and how.

@@ -137,7 +137,7 @@ func TestOpenShiftDecisions(t *testing.T) {
 			if !d.Defined || d.ID != "" {
 				t.Errorf("decision defined=%v id=%q; want defined, no decision id (opa-openshift sends none)", d.Defined, d.ID)
 			}
-			checkResult(t, d.Result, tt.want)
+			checkResult(t, jsonOf(d.Result), tt.want)
 			checkReviewedNamespaces(t, rev.specs, tt.wantReviews)
 		})
 	}
@@ -314,7 +314,7 @@ func TestOpenShiftSSARIdentity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, _ := json.Marshal(d.Result)
+			got, _ := json.Marshal(jsonOf(d.Result))
 			want, _ := json.Marshal(tt.want)
 			if string(got) != string(want) {
 				t.Errorf("result = %s\nwant     %s", got, want)
@@ -342,8 +342,8 @@ func TestOpenShiftSSARTokens(t *testing.T) {
 	a := newOpenShiftAuthorizer(t, OpenShiftConfig{SSAR: true}, &fakeReviewer{answer: allowAll}, OpenShiftSSAR{Reviewer: recording, Tokens: counted})
 	for _, token := range []string{"t1", "t1", "t2"} {
 		d, err := a.Decide(WithAccessToken(context.Background(), token), []string{"lokistack", "allow"}, lokiInput("ignored", "read", "application", ""))
-		if err != nil || d.Result != true {
-			t.Fatalf("token %s: %v %v", token, d.Result, err)
+		if err != nil || jsonOf(d.Result) != true {
+			t.Fatalf("token %s: %v %v", token, jsonOf(d.Result), err)
 		}
 	}
 	if rev.count() != 2 {
@@ -397,7 +397,7 @@ func TestOpenShiftSelectorsIntersectNamespaces(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				checkResult(t, d.Result, tt.want)
+				checkResult(t, jsonOf(d.Result), tt.want)
 			}
 			checkReviewedNamespaces(t, rev.specs, tt.wantReviews)
 		})
@@ -410,8 +410,8 @@ func TestOpenShiftPathKeepsPodDecisions(t *testing.T) {
 	a := newTestAuthorizer(t, Config{}, rev, newView())
 	a.EnableOpenShift(OpenShiftConfig{Path: []string{"interlink", "authz", "decision"}}, namespaceList{}, OpenShiftSSAR{})
 	d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(podInput("create", "team-a", "runner", "")))
-	if err != nil || d.Result.(map[string]any)["allowed"] != true {
-		t.Fatalf("pod decision on the opa-openshift path = %v, %v", d.Result, err)
+	if err != nil || jsonOf(d.Result).(map[string]any)["allowed"] != true {
+		t.Fatalf("pod decision on the opa-openshift path = %v, %v", jsonOf(d.Result), err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -30,25 +31,42 @@ func ReadVerdict(d Decision) (Verdict, error) {
 	if !d.Defined {
 		return Verdict{}, errors.New("the policy document is undefined")
 	}
-	result, ok := d.Result.(map[string]any)
+	result, ok := d.Result.(ast.Object)
 	if !ok {
-		return Verdict{}, fmt.Errorf("the policy answered a %T, not an object", d.Result)
+		return Verdict{}, fmt.Errorf("the policy answered a %s, not an object", valueName(d.Result))
 	}
-	allowed, ok := result["allowed"].(bool)
+	allowed, ok := member(result, "allowed").(ast.Boolean)
 	if !ok {
 		return Verdict{}, errors.New("the policy answer has no boolean \"allowed\"")
 	}
-	reason, _ := result["reason"].(string)
-	v := Verdict{Allowed: allowed, Reason: reason}
+	v := Verdict{Allowed: bool(allowed)}
+	if reason, ok := member(result, "reason").(ast.String); ok {
+		v.Reason = string(reason)
+	}
 	if !allowed {
 		return v, nil
 	}
-	mods, err := readModifications(result["modifications"])
+	var raw any // the modifications as Go values; small, and only on an allow
+	if m := member(result, "modifications"); m != nil {
+		var err error
+		if raw, err = ast.JSON(m); err != nil {
+			return Verdict{}, fmt.Errorf("modifications: %w", err)
+		}
+	}
+	mods, err := readModifications(raw)
 	if err != nil {
 		return Verdict{}, fmt.Errorf("modifications: %w", err)
 	}
 	v.Modifications = mods
 	return v, nil
+}
+
+// valueName names a value's type as Rego does ("boolean", "array").
+func valueName(v ast.Value) string {
+	if v == nil {
+		return "missing value"
+	}
+	return ast.ValueName(v)
 }
 
 func readModifications(raw any) (Modifications, error) {

@@ -4,11 +4,21 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 )
+
+// jsonOf is a decision's value as Go values (nil when there is none), for comparisons.
+func jsonOf(v ast.Value) any {
+	if v == nil {
+		return nil
+	}
+	return ast.MustJSON(v)
+}
 
 func TestReadVerdict(t *testing.T) {
 	decision := func(result any) Decision {
-		return Decision{ID: "d", Result: result, Defined: true}
+		return Decision{ID: "d", Result: ast.MustInterfaceToValue(result), Defined: true}
 	}
 	tests := []struct {
 		name    string
@@ -17,7 +27,7 @@ func TestReadVerdict(t *testing.T) {
 		wantErr string
 	}{
 		{name: "undefined", d: Decision{}, wantErr: "undefined"},
-		{name: "boolean document", d: decision(true), wantErr: "a bool, not an object"},
+		{name: "boolean document", d: decision(true), wantErr: "a boolean, not an object"},
 		{name: "no allowed", d: decision(map[string]any{"reason": "x"}), wantErr: `no boolean "allowed"`},
 		{name: "allowed is a string", d: decision(map[string]any{"allowed": "true"}), wantErr: `no boolean "allowed"`},
 		{name: "denied", d: decision(map[string]any{"allowed": false, "reason": "no binding", "modifications": "ignored"}),
@@ -33,7 +43,7 @@ func TestReadVerdict(t *testing.T) {
 		}}},
 		{name: "modifications not an object", d: decision(map[string]any{"allowed": true, "modifications": []any{}}), wantErr: "modifications: a []interface {}"},
 		{name: "annotation not a string", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
-			"pod_annotations": map[string]any{"b": 7}}}), wantErr: `pod_annotations: "b": a int`},
+			"pod_annotations": map[string]any{"b": 7}}}), wantErr: `pod_annotations: "b": a json.Number`},
 		{name: "limits not an object", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
 			"resource_limits": map[string]any{"main": "1"}}}), wantErr: `resource_limits: container "main"`},
 		{name: "limit not a quantity", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{

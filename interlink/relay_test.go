@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-kit/log"
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -52,11 +53,11 @@ func (f *fakeDecider) Decide(ctx context.Context, path []string, input json.RawM
 }
 
 func allowed(mods map[string]any) authorizer.Decision {
-	return authorizer.Decision{ID: "id-1", Defined: true, Result: map[string]any{"allowed": true, "reason": "RBAC: allowed", "modifications": mods}}
+	return authorizer.Decision{ID: "id-1", Defined: true, Result: ast.MustInterfaceToValue(map[string]any{"allowed": true, "reason": "RBAC: allowed", "modifications": mods})}
 }
 
 func denied(reason string) authorizer.Decision {
-	return authorizer.Decision{ID: "id-2", Defined: true, Result: map[string]any{"allowed": false, "reason": reason}}
+	return authorizer.Decision{ID: "id-2", Defined: true, Result: ast.MustInterfaceToValue(map[string]any{"allowed": false, "reason": reason})}
 }
 
 // received is one request the stand-in plugin got.
@@ -216,7 +217,7 @@ func TestCreate(t *testing.T) {
 			wantStatus: http.StatusInternalServerError, wantBody: "sar-bridge: error: policy interlink/authz/decision: the policy document is undefined", decided: true, outcome: outcomeError},
 		{name: "unusable modifications", path: "/create", body: createBodyFixture,
 			decider:    &fakeDecider{d: allowed(map[string]any{"pod_annotations": map[string]any{"a": 1}})},
-			wantStatus: http.StatusInternalServerError, wantBody: `sar-bridge: error: policy interlink/authz/decision: modifications: pod_annotations: "a": a int, not a string`, decided: true, outcome: outcomeError},
+			wantStatus: http.StatusInternalServerError, wantBody: `sar-bridge: error: policy interlink/authz/decision: modifications: pod_annotations: "a": a json.Number, not a string`, decided: true, outcome: outcomeError},
 		{name: "malformed body", path: "/create", body: `{"pod": {`, decider: &fakeDecider{d: allowed(nil)},
 			wantStatus: http.StatusBadRequest, wantBody: "sar-bridge: bad request: body: value of \"pod\": unexpected EOF", outcome: outcomeInvalid},
 		{name: "no pod", path: "/create", body: `{"container": []}`, decider: &fakeDecider{d: allowed(nil)},

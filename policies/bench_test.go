@@ -226,7 +226,11 @@ func BenchmarkPolicy(b *testing.B) {
 	}
 	decision := []string{"interlink", "authz", "decision"}
 	b.Run("bridge", func(b *testing.B) {
-		if got, err := pair.evaluator.EvalValue(ctx, decision, parsed, Memo{}); err != nil || !reflect.DeepEqual(got.Value, want) {
+		got, err := pair.evaluator.EvalValue(ctx, decision, parsed, Memo{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if gotJSON, err := ast.JSON(got.Value); err != nil || !reflect.DeepEqual(gotJSON, want) {
 			b.Fatalf("decision differs from the baseline's: %v (%v)\nwant %v", got.Value, err, want)
 		}
 		b.ReportAllocs()

@@ -36,10 +36,12 @@ const (
 	MemoOff MemoOutcome = "off"
 )
 
-// Result is an evaluation's answer. Value is shared with other decisions when it
-// came from the memo: callers must not modify it.
+// Result is an evaluation's answer, in Rego's value form: callers read it or encode it
+// once (astjson.AppendJSON) rather than converting it to Go values. Value is nil when
+// the document is undefined, and is shared with other decisions when it came from the
+// memo: callers must not modify it.
 type Result struct {
-	Value   any
+	Value   ast.Value
 	Defined bool
 	Memo    MemoOutcome
 }
@@ -50,7 +52,7 @@ type Result struct {
 type memo struct{ entries *lru.Cache }
 
 type memoEntry struct {
-	value   any
+	value   ast.Value
 	defined bool
 	expires time.Time
 }

@@ -130,7 +130,7 @@ d := {"name": input.pod.metadata.name, "sa": object.get(input.pod.spec, "service
 		if r.Memo != s.want || !r.Defined {
 			t.Fatalf("%s: memo %s (defined %v), want %s", s.name, r.Memo, r.Defined, s.want)
 		}
-		if got := r.Value.(map[string]any)["name"]; got != s.name2 {
+		if got := r.Value.(ast.Object).Get(ast.StringTerm("name")); got == nil || got.Value.Compare(ast.String(s.name2)) != 0 {
 			t.Fatalf("%s: name %v, want %s", s.name, got, s.name2)
 		}
 	}
@@ -199,7 +199,7 @@ func TestEvalValueMatchesEval(t *testing.T) {
 	}
 	for _, m := range []Memo{{}, {Salt: []byte("s"), Expires: time.Now().Add(time.Minute)}, {Salt: []byte("s"), Expires: time.Now().Add(time.Minute)}} {
 		got, err := e.EvalValue(ctx, path, parsed, m)
-		if err != nil || !got.Defined || fmt.Sprint(got.Value) != fmt.Sprint(want) {
+		if err != nil || !got.Defined || fmt.Sprint(ast.MustJSON(got.Value)) != fmt.Sprint(want) {
 			t.Fatalf("memo %s: got %v, %v; want %v", got.Memo, got.Value, err, want)
 		}
 	}

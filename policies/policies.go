@@ -268,7 +268,15 @@ func (e *Evaluator) Eval(ctx context.Context, path []string, input map[string]an
 			return nil, false, fmt.Errorf("converting input: %w", err)
 		}
 	}
-	return e.evalQuery(ctx, path, p, value)
+	v, defined, err := e.evalQuery(ctx, path, p, value)
+	if err != nil || !defined {
+		return nil, defined, err
+	}
+	out, err := ast.JSON(v)
+	if err != nil {
+		return nil, false, fmt.Errorf("evaluating %s: %w", pathString(path), err)
+	}
+	return out, true, nil
 }
 
 // evalQuery evaluates a prepared query with OPA's evaluator and reads its result
@@ -276,7 +284,7 @@ func (e *Evaluator) Eval(ctx context.Context, path []string, input map[string]an
 // through rego.PreparedEvalQuery, which builds metrics and a result set per query
 // (about 5% of a default decision, issue 19); the options below are the ones it
 // would set that a decision needs.
-func (e *Evaluator) evalQuery(ctx context.Context, path []string, p *preparedQuery, input ast.Value) (any, bool, error) {
+func (e *Evaluator) evalQuery(ctx context.Context, path []string, p *preparedQuery, input ast.Value) (ast.Value, bool, error) {
 	txn, err := e.store.NewTransaction(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("evaluating %s: %w", pathString(path), err)
@@ -307,11 +315,7 @@ func (e *Evaluator) evalQuery(ctx context.Context, path []string, p *preparedQue
 	if result == nil {
 		return nil, false, nil
 	}
-	v, err := ast.JSON(result.Value)
-	if err != nil {
-		return nil, false, fmt.Errorf("evaluating %s: %w", pathString(path), err)
-	}
-	return v, true, nil
+	return result.Value, true, nil
 }
 
 // preparedQuery is a compiled query and what of the input it can read.

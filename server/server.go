@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -128,11 +129,6 @@ type dataHandler struct {
 	logger  log.Logger
 }
 
-type dataResponse struct {
-	Result     any    `json:"result"`
-	DecisionID string `json:"decision_id,omitempty"`
-}
-
 func (h *dataHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -183,8 +179,24 @@ func (h *dataHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// OPA's answer for an undefined document: 200 with no result.
 		writeJSON(w, http.StatusOK, struct{}{})
 	default:
-		writeJSON(w, http.StatusOK, dataResponse{Result: decision.Result, DecisionID: decision.ID})
+		writeDecision(w, decision)
 	}
+}
+
+// writeDecision answers a defined document as OPA does, {"result": …, "decision_id": …},
+// encoding the policy's value straight from Rego's value form (issue 19: once).
+func writeDecision(w http.ResponseWriter, d authorizer.Decision) {
+	b, err := astjson.AppendJSON(append(make([]byte, 0, 512), `{"result":`...), d.Result)
+	if err == nil && d.ID != "" {
+		b, err = astjson.AppendJSON(append(b, `,"decision_id":`...), ast.String(d.ID))
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, codeInternal, "encoding response: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(b, '}', '\n'))
 }
 
 // documentPath turns /v1/data/a/b/c into [a b c]. An escaped slash is refused: callers

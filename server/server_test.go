@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -26,9 +27,9 @@ func (f *fakeDecider) Decide(_ context.Context, path []string, input json.RawMes
 	f.path, f.input = path, string(input)
 	switch strings.Join(path, "/") {
 	case "interlink/authz/decision":
-		return authorizer.Decision{ID: "id-1", Defined: true, Result: map[string]any{"allowed": false, "reason": "no"}}, nil
+		return authorizer.Decision{ID: "id-1", Defined: true, Result: ast.MustInterfaceToValue(map[string]any{"allowed": false, "reason": "no"})}, nil
 	case "interlink/authz/allow":
-		return authorizer.Decision{ID: "id-2", Defined: true, Result: false}, nil
+		return authorizer.Decision{ID: "id-2", Defined: true, Result: ast.Boolean(false)}, nil
 	case "bad/input":
 		return authorizer.Decision{}, authorizer.NewInputError("input.pod is required")
 	case "api/down":
