@@ -173,11 +173,11 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 
 	node, _ := a.view.Node(req.NodeName)
 	in := req.input
-	in.Insert(ast.StringTerm("operation"), ast.StringTerm(req.Operation))
-	in.Insert(ast.StringTerm("subject"), ast.NewTerm(subjectValue(subject)))
-	in.Insert(ast.StringTerm("tenant"), ast.StringTerm(t.tenant))
-	in.Insert(ast.StringTerm("tenant_label"), ast.StringTerm(a.cfg.TenantLabel))
-	in.Insert(ast.StringTerm("group"), stringOrNull(t.group))
+	in.Insert(key("operation"), ast.StringTerm(req.Operation))
+	in.Insert(key("subject"), ast.NewTerm(subjectValue(subject)))
+	in.Insert(key("tenant"), ast.StringTerm(t.tenant))
+	in.Insert(key("tenant_label"), ast.StringTerm(a.cfg.TenantLabel))
+	in.Insert(key("group"), stringOrNull(t.group))
 	var nsValue, nodeVal ast.Value
 	if t.ns != nil {
 		nsValue = a.objects.get("namespace", t.ns, func() ast.Value { return namespaceValue(pod.Namespace, t.ns) })
@@ -189,11 +189,11 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 	} else {
 		nodeVal = nodeValue(req.NodeName, nil)
 	}
-	in.Insert(ast.StringTerm("namespace"), ast.NewTerm(nsValue))
-	in.Insert(ast.StringTerm("node"), ast.NewTerm(nodeVal))
-	in.Insert(ast.StringTerm("review"), ast.NewTerm(t.summary.value()))
-	in.Insert(ast.StringTerm("resources"), ast.NewTerm(req.derived.resources))
-	in.Insert(ast.StringTerm("tolerations"), ast.NewTerm(req.derived.tolerations))
+	in.Insert(key("namespace"), ast.NewTerm(nsValue))
+	in.Insert(key("node"), ast.NewTerm(nodeVal))
+	in.Insert(key("review"), ast.NewTerm(t.summary.value()))
+	in.Insert(key("resources"), ast.NewTerm(req.derived.resources))
+	in.Insert(key("tolerations"), ast.NewTerm(req.derived.tolerations))
 
 	releaseQuota, err := a.holdQuota(ctx, req, t, in)
 	if err != nil {
@@ -409,10 +409,10 @@ func summarize(result ast.Value, defined bool) (outcome, reason string) {
 	case ast.Boolean:
 		return allowedWord(bool(r)), ""
 	case ast.Object:
-		if s, ok := member(r, "reason").(ast.String); ok {
+		if s, ok := member(r, key("reason")).(ast.String); ok {
 			reason = string(s)
 		}
-		if allowed, ok := member(r, "allowed").(ast.Boolean); ok {
+		if allowed, ok := member(r, key("allowed")).(ast.Boolean); ok {
 			return allowedWord(bool(allowed)), reason
 		}
 		return "other", reason
@@ -421,8 +421,8 @@ func summarize(result ast.Value, defined bool) (outcome, reason string) {
 }
 
 // member is obj[key], nil when absent.
-func member(obj ast.Object, key string) ast.Value {
-	if t := obj.Get(ast.InternedTerm(key)); t != nil {
+func member(obj ast.Object, key *ast.Term) ast.Value {
+	if t := obj.Get(key); t != nil {
 		return t.Value
 	}
 	return nil

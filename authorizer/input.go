@@ -197,16 +197,39 @@ func (o objectValues) get(kind string, meta metav1.Object, build func() ast.Valu
 	return v
 }
 
+// keyTerms are the member names of the input documents the bridge builds on every
+// decision, and of the decision documents it reads, allocated once.
+var keyTerms = func() map[string]*ast.Term {
+	m := map[string]*ast.Term{}
+	for _, k := range []string{
+		"operation", "subject", "tenant", "tenant_label", "group", "namespace", "node", "review", "resources", "tolerations",
+		"username", "uid", "groups", "extra", "name", "labels", "annotations", "found", "taints", "allocatable",
+		"key", "value", "effect", "allowed", "denied", "reason", "attributes", "verb", "resource",
+		"modifications", // read from decisions
+	} {
+		m[k] = ast.StringTerm(k)
+	}
+	return m
+}()
+
+// key is the term of a member name of the input.
+func key(name string) *ast.Term {
+	if t, ok := keyTerms[name]; ok {
+		return t
+	}
+	return ast.StringTerm(name)
+}
+
 func subjectValue(s Subject) ast.Value {
 	extra := make([][2]*ast.Term, 0, len(s.Extra))
 	for k, v := range s.Extra {
 		extra = append(extra, ast.Item(ast.StringTerm(k), stringsTerm(v)))
 	}
 	return ast.NewObject(
-		ast.Item(ast.StringTerm("username"), ast.StringTerm(s.Username)),
-		ast.Item(ast.StringTerm("uid"), ast.StringTerm(s.UID)),
-		ast.Item(ast.StringTerm("groups"), stringsTerm(s.Groups)),
-		ast.Item(ast.StringTerm("extra"), ast.ObjectTerm(extra...)),
+		ast.Item(key("username"), ast.StringTerm(s.Username)),
+		ast.Item(key("uid"), ast.StringTerm(s.UID)),
+		ast.Item(key("groups"), stringsTerm(s.Groups)),
+		ast.Item(key("extra"), ast.ObjectTerm(extra...)),
 	)
 }
 
@@ -216,9 +239,9 @@ func namespaceValue(name string, ns *corev1.Namespace) ast.Value {
 		name, labels, annotations = ns.Name, ns.Labels, ns.Annotations
 	}
 	return ast.NewObject(
-		ast.Item(ast.StringTerm("name"), ast.StringTerm(name)),
-		ast.Item(ast.StringTerm("labels"), stringMapTerm(labels)),
-		ast.Item(ast.StringTerm("annotations"), stringMapTerm(annotations)),
+		ast.Item(key("name"), ast.StringTerm(name)),
+		ast.Item(key("labels"), stringMapTerm(labels)),
+		ast.Item(key("annotations"), stringMapTerm(annotations)),
 	)
 }
 
@@ -229,19 +252,19 @@ func nodeValue(name string, node *corev1.Node) ast.Value {
 	}
 	if node == nil {
 		return ast.NewObject(
-			ast.Item(ast.StringTerm("name"), ast.StringTerm(name)),
-			ast.Item(ast.StringTerm("found"), ast.BooleanTerm(false)),
-			ast.Item(ast.StringTerm("labels"), ast.ObjectTerm()),
-			ast.Item(ast.StringTerm("taints"), ast.ArrayTerm()),
-			ast.Item(ast.StringTerm("allocatable"), ast.ObjectTerm()),
+			ast.Item(key("name"), ast.StringTerm(name)),
+			ast.Item(key("found"), ast.InternedTerm(false)),
+			ast.Item(key("labels"), ast.ObjectTerm()),
+			ast.Item(key("taints"), ast.ArrayTerm()),
+			ast.Item(key("allocatable"), ast.ObjectTerm()),
 		)
 	}
 	taints := make([]*ast.Term, 0, len(node.Spec.Taints))
 	for _, t := range node.Spec.Taints {
 		taints = append(taints, ast.ObjectTerm(
-			ast.Item(ast.StringTerm("key"), ast.StringTerm(t.Key)),
-			ast.Item(ast.StringTerm("value"), ast.StringTerm(t.Value)),
-			ast.Item(ast.StringTerm("effect"), ast.StringTerm(string(t.Effect))),
+			ast.Item(key("key"), ast.StringTerm(t.Key)),
+			ast.Item(key("value"), ast.StringTerm(t.Value)),
+			ast.Item(key("effect"), ast.StringTerm(string(t.Effect))),
 		))
 	}
 	allocatable := make([][2]*ast.Term, 0, len(node.Status.Allocatable))
@@ -249,11 +272,11 @@ func nodeValue(name string, node *corev1.Node) ast.Value {
 		allocatable = append(allocatable, ast.Item(ast.StringTerm(string(k)), ast.StringTerm(q.String())))
 	}
 	return ast.NewObject(
-		ast.Item(ast.StringTerm("name"), ast.StringTerm(node.Name)),
-		ast.Item(ast.StringTerm("found"), ast.BooleanTerm(true)),
-		ast.Item(ast.StringTerm("labels"), stringMapTerm(node.Labels)),
-		ast.Item(ast.StringTerm("taints"), ast.ArrayTerm(taints...)),
-		ast.Item(ast.StringTerm("allocatable"), ast.ObjectTerm(allocatable...)),
+		ast.Item(key("name"), ast.StringTerm(node.Name)),
+		ast.Item(key("found"), ast.InternedTerm(true)),
+		ast.Item(key("labels"), stringMapTerm(node.Labels)),
+		ast.Item(key("taints"), ast.ArrayTerm(taints...)),
+		ast.Item(key("allocatable"), ast.ObjectTerm(allocatable...)),
 	)
 }
 
@@ -261,18 +284,18 @@ func (s reviewSummary) value() ast.Value {
 	attrs := make([]*ast.Term, 0, len(s.Attributes))
 	for _, a := range s.Attributes {
 		attrs = append(attrs, ast.ObjectTerm(
-			ast.Item(ast.StringTerm("namespace"), ast.StringTerm(a.Namespace)),
-			ast.Item(ast.StringTerm("verb"), ast.StringTerm(a.Verb)),
-			ast.Item(ast.StringTerm("group"), ast.StringTerm(a.Group)),
-			ast.Item(ast.StringTerm("resource"), ast.StringTerm(a.Resource)),
-			ast.Item(ast.StringTerm("name"), ast.StringTerm(a.Name)),
+			ast.Item(key("namespace"), ast.StringTerm(a.Namespace)),
+			ast.Item(key("verb"), ast.StringTerm(a.Verb)),
+			ast.Item(key("group"), ast.StringTerm(a.Group)),
+			ast.Item(key("resource"), ast.StringTerm(a.Resource)),
+			ast.Item(key("name"), ast.StringTerm(a.Name)),
 		))
 	}
 	return ast.NewObject(
-		ast.Item(ast.StringTerm("allowed"), ast.BooleanTerm(s.Allowed)),
-		ast.Item(ast.StringTerm("denied"), ast.BooleanTerm(s.Denied)),
-		ast.Item(ast.StringTerm("reason"), ast.StringTerm(s.Reason)),
-		ast.Item(ast.StringTerm("attributes"), ast.ArrayTerm(attrs...)),
+		ast.Item(key("allowed"), ast.BooleanTerm(s.Allowed)),
+		ast.Item(key("denied"), ast.BooleanTerm(s.Denied)),
+		ast.Item(key("reason"), ast.StringTerm(s.Reason)),
+		ast.Item(key("attributes"), ast.ArrayTerm(attrs...)),
 	)
 }
 

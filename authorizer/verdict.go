@@ -35,19 +35,19 @@ func ReadVerdict(d Decision) (Verdict, error) {
 	if !ok {
 		return Verdict{}, fmt.Errorf("the policy answered a %s, not an object", valueName(d.Result))
 	}
-	allowed, ok := member(result, "allowed").(ast.Boolean)
+	allowed, ok := member(result, key("allowed")).(ast.Boolean)
 	if !ok {
 		return Verdict{}, errors.New("the policy answer has no boolean \"allowed\"")
 	}
 	v := Verdict{Allowed: bool(allowed)}
-	if reason, ok := member(result, "reason").(ast.String); ok {
+	if reason, ok := member(result, key("reason")).(ast.String); ok {
 		v.Reason = string(reason)
 	}
 	if !allowed {
 		return v, nil
 	}
 	var raw any // the modifications as Go values; small, and only on an allow
-	if m := member(result, "modifications"); m != nil {
+	if m := member(result, key("modifications")); m != nil {
 		var err error
 		if raw, err = ast.JSON(m); err != nil {
 			return Verdict{}, fmt.Errorf("modifications: %w", err)
