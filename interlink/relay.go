@@ -171,7 +171,17 @@ func routeOf(p string) string {
 
 // relay forwards a request unchanged: cleanup and monitoring of admitted pods must not
 // depend on the Kubernetes API.
+//
+// The plugin may answer (/getLogs: start streaming) before the transport has finished
+// with the request body: having sent its declared length, the transport reads once more
+// to check there is no more. By default the HTTP/1 server closes the request body when
+// the answer's headers are written, that read then fails and the transport drops the
+// connection to the plugin, cutting the stream short (golang/go#40747). Full duplex
+// keeps the body open while the answer is written.
 func (r *Relay) relay(w http.ResponseWriter, req *http.Request) {
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+		level.Debug(r.logger).Log("msg", "full duplex not supported by the connection", "err", err)
+	}
 	r.proxy.ServeHTTP(w, req)
 }
 
