@@ -49,42 +49,38 @@ func AppendJSON(dst []byte, v ast.Value) ([]byte, error) {
 		})
 		return append(dst, ']'), err
 	case ast.Object:
-		if stringKeys(x) {
-			return appendObject(dst, x)
+		if out, ok := appendObject(dst, x); ok {
+			return out, nil
 		}
 	}
 	return appendSlow(dst, v) // numbers, non-string keys, anything unexpected
 }
 
-// stringKeys reports whether every key of obj is a string (then OPA's key order is
-// encoding/json's).
-func stringKeys(obj ast.Object) bool {
-	all := true
-	obj.Foreach(func(k, _ *ast.Term) {
-		_, ok := k.Value.(ast.String)
-		all = all && ok
-	})
-	return all
-}
-
-func appendObject(dst []byte, obj ast.Object) ([]byte, error) {
-	dst = append(dst, '{')
-	var err error
-	first := true
+// appendObject writes an object whose keys are all strings (OPA's key order is then
+// encoding/json's); false, with dst as it was, at the first other key or failure.
+func appendObject(dst []byte, obj ast.Object) ([]byte, bool) {
+	out := append(dst, '{')
+	ok, first := true, true
 	obj.Foreach(func(k, v *ast.Term) {
-		if err != nil {
+		s, isString := k.Value.(ast.String)
+		if !ok || !isString {
+			ok = false
 			return
 		}
 		if !first {
-			dst = append(dst, ',')
+			out = append(out, ',')
 		}
 		first = false
-		if dst, err = appendString(dst, string(k.Value.(ast.String))); err == nil {
-			dst = append(dst, ':')
-			dst, err = AppendJSON(dst, v.Value)
+		var err error
+		if out, err = appendString(out, string(s)); err == nil {
+			out, err = AppendJSON(append(out, ':'), v.Value)
 		}
+		ok = err == nil
 	})
-	return append(dst, '}'), err
+	if !ok {
+		return dst, false
+	}
+	return append(out, '}'), true
 }
 
 // appendString writes s quoted; strings with a byte encoding/json escapes (control

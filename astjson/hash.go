@@ -72,17 +72,23 @@ func appendTag(dst []byte, tag byte, n int) []byte {
 	return binary.AppendUvarint(append(dst, tag), uint64(n))
 }
 
+// Member is obj[key], or nil when obj has no such member.
+func Member(obj ast.Object, key *ast.Term) ast.Value {
+	if t := obj.Get(key); t != nil {
+		return t.Value
+	}
+	return nil
+}
+
 // Find returns the value at path below v, or nil when there is none. Path elements
 // are object keys or array indices, as in a ref.
 func Find(v ast.Value, path []*ast.Term) ast.Value {
 	for _, p := range path {
 		switch x := v.(type) {
 		case ast.Object:
-			t := x.Get(p)
-			if t == nil {
+			if v = Member(x, p); v == nil {
 				return nil
 			}
-			v = t.Value
 		case *ast.Array:
 			n, ok := p.Value.(ast.Number)
 			if !ok {

@@ -21,6 +21,7 @@ import (
 
 	k8sauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"github.com/sar-bridge/sar-bridge/astjson"
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
 	"github.com/sar-bridge/sar-bridge/policies"
@@ -409,23 +410,15 @@ func summarize(result ast.Value, defined bool) (outcome, reason string) {
 	case ast.Boolean:
 		return allowedWord(bool(r)), ""
 	case ast.Object:
-		if s, ok := member(r, key("reason")).(ast.String); ok {
+		if s, ok := astjson.Member(r, key("reason")).(ast.String); ok {
 			reason = string(s)
 		}
-		if allowed, ok := member(r, key("allowed")).(ast.Boolean); ok {
+		if allowed, ok := astjson.Member(r, key("allowed")).(ast.Boolean); ok {
 			return allowedWord(bool(allowed)), reason
 		}
 		return "other", reason
 	}
 	return "other", ""
-}
-
-// member is obj[key], nil when absent.
-func member(obj ast.Object, key *ast.Term) ast.Value {
-	if t := obj.Get(key); t != nil {
-		return t.Value
-	}
-	return nil
 }
 
 func allowedWord(allowed bool) string {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/sar-bridge/sar-bridge/astjson"
 )
 
 // Verdict is what a front door (the interLink relay, the admission webhooks) reads from a
@@ -35,19 +37,19 @@ func ReadVerdict(d Decision) (Verdict, error) {
 	if !ok {
 		return Verdict{}, fmt.Errorf("the policy answered a %s, not an object", valueName(d.Result))
 	}
-	allowed, ok := member(result, key("allowed")).(ast.Boolean)
+	allowed, ok := astjson.Member(result, key("allowed")).(ast.Boolean)
 	if !ok {
 		return Verdict{}, errors.New("the policy answer has no boolean \"allowed\"")
 	}
 	v := Verdict{Allowed: bool(allowed)}
-	if reason, ok := member(result, key("reason")).(ast.String); ok {
+	if reason, ok := astjson.Member(result, key("reason")).(ast.String); ok {
 		v.Reason = string(reason)
 	}
 	if !allowed {
 		return v, nil
 	}
 	var raw any // the modifications as Go values; small, and only on an allow
-	if m := member(result, key("modifications")); m != nil {
+	if m := astjson.Member(result, key("modifications")); m != nil {
 		var err error
 		if raw, err = ast.JSON(m); err != nil {
 			return Verdict{}, fmt.Errorf("modifications: %w", err)

@@ -40,15 +40,9 @@ var (
 
 // PodResources is input.resources for a pod value (input.pod), or null.
 func PodResources(pod ast.Value) ast.Value {
-	podObj, ok := pod.(ast.Object)
+	spec, ok := podSpec(pod)
 	if !ok {
 		return ast.Null{}
-	}
-	var spec ast.Object
-	if t := podObj.Get(specKey); t != nil {
-		if spec, ok = t.Value.(ast.Object); !ok {
-			return ast.Null{}
-		}
 	}
 	containers := make([]*ast.Term, 0, 2)
 	largest := ast.NewObject()
@@ -77,6 +71,21 @@ func PodResources(pod ast.Value) ast.Value {
 		[2]*ast.Term{containersKey, ast.ArrayTerm(containers...)},
 		[2]*ast.Term{largestKey, ast.NewTerm(largest)},
 	)
+}
+
+// podSpec is pod.spec, nil when absent; false when the pod or its spec is not an
+// object (no pod has that shape: what the bridge derives from it is then null).
+func podSpec(pod ast.Value) (ast.Object, bool) {
+	podObj, ok := pod.(ast.Object)
+	if !ok {
+		return nil, false
+	}
+	t := podObj.Get(specKey)
+	if t == nil {
+		return nil, true
+	}
+	spec, ok := t.Value.(ast.Object)
+	return spec, ok
 }
 
 // keepLargest raises largest[res] to a container's limit of res, or its request where

@@ -1,6 +1,10 @@
 package policies
 
-import "github.com/open-policy-agent/opa/v1/ast"
+import (
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/sar-bridge/sar-bridge/astjson"
+)
 
 // sar-bridge's input.tolerations gives policies a pod's tolerations as Kubernetes
 // matches them against taints, by key, so that a policy guarding tainted nodes looks
@@ -52,7 +56,7 @@ func PodTolerations(pod ast.Value) ast.Value {
 			continue
 		}
 		value, _ := stringMember(t, valueKey) // "" when absent or not a string
-		values, ok := memberObject(equal, keyTerm)
+		values, ok := astjson.Member(equal, keyTerm).(ast.Object)
 		if !ok {
 			values = ast.NewObject()
 			equal.Insert(keyTerm, ast.NewTerm(values))
@@ -69,19 +73,14 @@ func PodTolerations(pod ast.Value) ast.Value {
 // podTolerationList is pod.spec.tolerations, empty when absent or null; false when
 // the pod, its spec or the list has the wrong type.
 func podTolerationList(pod ast.Value) (*ast.Array, bool) {
-	podObj, ok := pod.(ast.Object)
+	spec, ok := podSpec(pod)
 	if !ok {
 		return nil, false
 	}
-	spec := podObj.Get(specKey)
 	if spec == nil {
 		return ast.NewArray(), true
 	}
-	specObj, ok := spec.Value.(ast.Object)
-	if !ok {
-		return nil, false
-	}
-	switch list := memberValue(specObj, tolerationsKey).(type) {
+	switch list := astjson.Member(spec, tolerationsKey).(type) {
 	case nil, ast.Null:
 		return ast.NewArray(), true
 	case *ast.Array:
@@ -91,22 +90,8 @@ func podTolerationList(pod ast.Value) (*ast.Array, bool) {
 	}
 }
 
-// memberValue is obj[key], nil when absent.
-func memberValue(obj ast.Object, key *ast.Term) ast.Value {
-	if t := obj.Get(key); t != nil {
-		return t.Value
-	}
-	return nil
-}
-
 // stringMember is obj[key] when it is a string.
 func stringMember(obj ast.Object, key *ast.Term) (string, bool) {
-	s, ok := memberValue(obj, key).(ast.String)
+	s, ok := astjson.Member(obj, key).(ast.String)
 	return string(s), ok
-}
-
-// memberObject is obj[key] when it is an object.
-func memberObject(obj ast.Object, key *ast.Term) (ast.Object, bool) {
-	o, ok := memberValue(obj, key).(ast.Object)
-	return o, ok
 }
