@@ -125,6 +125,7 @@ fuzz: ## Fuzz request decoding and the decision pipeline, $(FUZZTIME) executions
 	$(GO) test -run '^$$' -fuzz '^FuzzDataAPI$$' -fuzztime $(FUZZTIME) ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./authorizer/
 	$(GO) test -run '^$$' -fuzz '^FuzzAllowAllReviewer$$' -fuzztime $(FUZZTIME) ./authorizer/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./strictjson/
 
 clean: ## Remove built binaries and local run state (not the control-plane cache).
 	rm -rf bin test/bin .cache

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -20,11 +22,26 @@ type Field struct {
 	Raw   []byte
 }
 
+// Names are object member names decoded to shared terms: the field names of the
+// documents a caller expects, so that each decoded key found here costs no allocation.
+// A Names is read-only once built, and its terms are never modified.
+type Names map[string]*ast.Term
+
+// NewNames interns names.
+func NewNames(names ...string) Names {
+	n := make(Names, len(names))
+	for _, name := range names {
+		n[name] = ast.StringTerm(name)
+	}
+	return n
+}
+
 // DecodeObject decodes data, which must be one JSON object, into an ast.Object. Keys are
 // kept as sent (case-sensitive) and a key given twice in any object is an error, as
 // Kubernetes' strict decoding has it; numbers keep their literal text. fields gives each
-// top-level member's value and raw bytes.
-func DecodeObject(data []byte) (obj ast.Object, fields map[string]Field, err error) {
+// top-level member's value and raw bytes. Keys found in names (which may be nil) share
+// its terms.
+func DecodeObject(data []byte, names Names) (obj ast.Object, fields map[string]Field, err error) {
 	if !json.Valid(data) {
 		var v any // let encoding/json name the syntax error
 		if err := json.Unmarshal(data, &v); err != nil {
@@ -32,7 +49,9 @@ func DecodeObject(data []byte) (obj ast.Object, fields map[string]Field, err err
 		}
 		return nil, nil, errors.New("invalid JSON")
 	}
-	d := decoder{data: data}
+	s := stacksPool.Get().(*stacks)
+	defer s.release()
+	d := decoder{data: data, names: names, stacks: s}
 	d.skipSpace()
 	if d.pos >= len(d.data) || d.data[d.pos] != '{' {
 		return nil, nil, errors.New("input must be a JSON object")
@@ -45,10 +64,47 @@ func DecodeObject(data []byte) (obj ast.Object, fields map[string]Field, err err
 	return v.(ast.Object), fields, nil
 }
 
+// stacks hold the members of the objects and arrays being read until each is built
+// with its final size; they are reused from one decoding to the next.
+type stacks struct {
+	items [][2]*ast.Term
+	keys  []string // the member names of items, to find a name given twice
+	elems []*ast.Term
+}
+
+var stacksPool = sync.Pool{New: func() any { return new(stacks) }}
+
+// release returns s to the pool, holding no value of the document it read.
+func (s *stacks) release() {
+	clear(s.items[:cap(s.items)])
+	clear(s.keys[:cap(s.keys)])
+	clear(s.elems[:cap(s.elems)])
+	s.items, s.keys, s.elems = s.items[:0], s.keys[:0], s.elems[:0]
+	stacksPool.Put(s)
+}
+
 // decoder walks JSON already checked by json.Valid, so it only has to build values.
+// Terms are cut from blocks rather than allocated one by one.
 type decoder struct {
-	data []byte
-	pos  int
+	data  []byte
+	pos   int
+	names Names
+	terms []ast.Term // the unused rest of the current block
+	*stacks
+}
+
+// termBlock is how many terms are allocated at once: a pod as interLink sends it holds
+// about a hundred.
+const termBlock = 64
+
+func (d *decoder) term(v ast.Value) *ast.Term {
+	if len(d.terms) == 0 {
+		d.terms = make([]ast.Term, termBlock)
+	}
+	t := &d.terms[0]
+	d.terms = d.terms[1:]
+	t.Value = v
+	return t
 }
 
 func (d *decoder) skipSpace() {
@@ -92,18 +148,22 @@ func (d *decoder) value() (ast.Value, error) {
 // object reads an object at d.pos; when top is not nil it also records each member.
 func (d *decoder) object(top map[string]Field) (ast.Value, error) {
 	d.pos++ // '{'
-	obj := ast.NewObject()
+	base := len(d.items)
+	defer func() { d.items, d.keys = d.items[:base], d.keys[:base] }()
 	for {
 		d.skipSpace()
 		if d.data[d.pos] == '}' {
 			d.pos++
-			return obj, nil
+			if err := duplicate(d.keys[base:]); err != nil {
+				return nil, err
+			}
+			return ast.NewObject(d.items[base:]...), nil
 		}
 		if d.data[d.pos] == ',' {
 			d.pos++
 			d.skipSpace()
 		}
-		key, err := d.string()
+		key, err := d.key()
 		if err != nil {
 			return nil, err
 		}
@@ -116,26 +176,61 @@ func (d *decoder) object(top map[string]Field) (ast.Value, error) {
 			return nil, err
 		}
 		if top != nil {
-			top[key] = Field{Value: v, Raw: d.data[start:d.pos]}
+			top[string(key.Value.(ast.String))] = Field{Value: v, Raw: d.data[start:d.pos]}
 		}
-		// Insert replaces a key given twice; Kubernetes' strict decoding refuses it.
-		n := obj.Len()
-		obj.Insert(ast.StringTerm(key), ast.NewTerm(v))
-		if obj.Len() == n {
-			return nil, fmt.Errorf("duplicate field %q", key)
-		}
+		d.items = append(d.items, [2]*ast.Term{key, d.term(v)})
+		d.keys = append(d.keys, string(key.Value.(ast.String)))
 	}
+}
+
+// duplicate refuses a member name given twice, as Kubernetes' strict decoding does
+// (ast.NewObject would keep both).
+func duplicate(keys []string) error {
+	if len(keys) <= 16 {
+		for i := 1; i < len(keys); i++ {
+			for _, k := range keys[:i] {
+				if k == keys[i] {
+					return fmt.Errorf("duplicate field %q", k)
+				}
+			}
+		}
+		return nil
+	}
+	seen := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		if _, dup := seen[k]; dup {
+			return fmt.Errorf("duplicate field %q", k)
+		}
+		seen[k] = struct{}{}
+	}
+	return nil
+}
+
+// key reads a member name, as its shared term when names has it.
+func (d *decoder) key() (*ast.Term, error) {
+	start := d.pos
+	d.skipString()
+	if t, ok := d.names[string(d.data[start+1:d.pos-1])]; ok && !bytes.ContainsAny(d.data[start:d.pos], "\\") {
+		return t, nil
+	}
+	d.pos = start
+	s, err := d.string()
+	if err != nil {
+		return nil, err
+	}
+	return d.term(ast.String(s)), nil
 }
 
 func (d *decoder) array() (ast.Value, error) {
 	d.pos++ // '['
-	var terms []*ast.Term
+	base := len(d.elems)
+	defer func() { d.elems = d.elems[:base] }()
 	for {
 		d.skipSpace()
 		switch d.data[d.pos] {
 		case ']':
 			d.pos++
-			return ast.NewArray(terms...), nil
+			return ast.NewArray(slices.Clone(d.elems[base:])...), nil
 		case ',':
 			d.pos++
 		}
@@ -143,7 +238,7 @@ func (d *decoder) array() (ast.Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		terms = append(terms, ast.NewTerm(v))
+		d.elems = append(d.elems, d.term(v))
 	}
 }
 

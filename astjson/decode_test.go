@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -45,12 +46,15 @@ func TestDecodeObjectMatchesEncodingJSON(t *testing.T) {
 			if !ok {
 				t.Fatalf("reference refused %q", in)
 			}
-			got, fields, err := DecodeObject([]byte(in))
+			got, fields, err := DecodeObject([]byte(in), nil)
 			if err != nil {
 				t.Fatalf("DecodeObject: %v", err)
 			}
 			if got.Compare(want) != 0 {
 				t.Fatalf("got %v\nwant %v", got, want)
+			}
+			if named, _, err := DecodeObject([]byte(in), testNames); err != nil || named.Compare(want) != 0 {
+				t.Fatalf("with names: got %v, %v\nwant %v", named, err, want)
 			}
 			for k, f := range fields {
 				v, ok := reference(t, []byte(`{"x":`+string(f.Raw)+`}`))
@@ -73,9 +77,11 @@ func TestDecodeObjectRefuses(t *testing.T) {
 		{`{"a":1,"a":2}`, `duplicate field "a"`},
 		{`{"pod":{"spec":{},"spec":{"nodeName":"x"}}}`, `duplicate field "spec"`},
 		{`{"l":[{"k":1,"j":2,"k":3}]}`, `duplicate field "k"`},
+		{`{"name":1,"n\u0061me":2}`, `duplicate field "name"`},
+		{manyKeys + `,"k3":0}`, `duplicate field "k3"`},
 	} {
 		t.Run(tt.in, func(t *testing.T) {
-			_, _, err := DecodeObject([]byte(tt.in))
+			_, _, err := DecodeObject([]byte(tt.in), nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tt.want)
 			}
@@ -83,8 +89,47 @@ func TestDecodeObjectRefuses(t *testing.T) {
 	}
 }
 
+// manyKeys is an object with more members than are compared pairwise, left open.
+var manyKeys = func() string {
+	s := `{"k0":0`
+	for i := 1; i < 40; i++ {
+		s += fmt.Sprintf(`,"k%d":%d`, i, i)
+	}
+	return s
+}()
+
+var testNames = NewNames("name", "a", "pod", "spec", "l", "k")
+
+func TestDecodeObjectNames(t *testing.T) {
+	got, _, err := DecodeObject([]byte(`{"name":{"name":"name"},"n\u0061me2":1,"other":[{"a":true}]}`), testNames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []*ast.Term
+	got.Foreach(func(k, _ *ast.Term) { keys = append(keys, k) })
+	inner := got.Get(ast.StringTerm("name")).Value.(ast.Object)
+	inner.Foreach(func(k, _ *ast.Term) { keys = append(keys, k) })
+	elem := got.Get(ast.StringTerm("other")).Value.(*ast.Array).Elem(0).Value.(ast.Object)
+	elem.Foreach(func(k, _ *ast.Term) { keys = append(keys, k) })
+	for _, k := range keys {
+		name := string(k.Value.(ast.String))
+		if shared, ok := testNames[name]; (k == shared) != ok {
+			t.Errorf("key %q: shared %v, want shared only when it is one of the names", name, k == shared)
+		}
+	}
+	if v, ok := inner.Get(ast.StringTerm("name")).Value.(ast.String); !ok || v != "name" {
+		t.Errorf("a value equal to a name: %v", v)
+	}
+	if got.Get(ast.StringTerm("name2")) == nil {
+		t.Errorf("escaped key not decoded: %v", got)
+	}
+	if _, _, err := DecodeObject([]byte(manyKeys+"}"), testNames); err != nil {
+		t.Errorf("%d distinct keys: %v", 40, err)
+	}
+}
+
 func TestDecodeObjectKeepsCase(t *testing.T) {
-	got, _, err := DecodeObject([]byte(`{"Spec":1,"spec":2}`))
+	got, _, err := DecodeObject([]byte(`{"Spec":1,"spec":2}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +143,7 @@ func FuzzDecodeObject(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, _, err := DecodeObject(data)
+		got, _, err := DecodeObject(data, testNames)
 		want, ok := reference(t, data)
 		if err != nil {
 			if ok && !strings.Contains(err.Error(), "duplicate field") {

@@ -161,7 +161,7 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 		req.Operation = "create"
 	}
 	if req.NodeName == "" {
-		req.NodeName = pod.Spec.NodeName
+		req.NodeName = pod.NodeName
 	}
 	rec.add("subject", subject.Username, "namespace", pod.Namespace, "pod", pod.Name, "operation", req.Operation)
 
@@ -173,12 +173,6 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 	}
 
 	node, _ := a.view.Node(req.NodeName)
-	in := req.input
-	in.Insert(key("operation"), ast.StringTerm(req.Operation))
-	in.Insert(key("subject"), ast.NewTerm(subjectValue(subject)))
-	in.Insert(key("tenant"), ast.StringTerm(t.tenant))
-	in.Insert(key("tenant_label"), ast.StringTerm(a.cfg.TenantLabel))
-	in.Insert(key("group"), stringOrNull(t.group))
 	var nsValue, nodeVal ast.Value
 	if t.ns != nil {
 		nsValue = a.objects.get("namespace", t.ns, func() ast.Value { return namespaceValue(pod.Namespace, t.ns) })
@@ -190,11 +184,18 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 	} else {
 		nodeVal = nodeValue(req.NodeName, nil)
 	}
-	in.Insert(key("namespace"), ast.NewTerm(nsValue))
-	in.Insert(key("node"), ast.NewTerm(nodeVal))
-	in.Insert(key("review"), ast.NewTerm(t.summary.value()))
-	in.Insert(key("resources"), ast.NewTerm(req.derived.resources))
-	in.Insert(key("tolerations"), ast.NewTerm(req.derived.tolerations))
+	in := withMembers(req.input,
+		ast.Item(key("operation"), ast.StringTerm(req.Operation)),
+		ast.Item(key("subject"), ast.NewTerm(subjectValue(subject))),
+		ast.Item(key("tenant"), ast.StringTerm(t.tenant)),
+		ast.Item(key("tenant_label"), ast.StringTerm(a.cfg.TenantLabel)),
+		ast.Item(key("group"), stringOrNull(t.group)),
+		ast.Item(key("namespace"), ast.NewTerm(nsValue)),
+		ast.Item(key("node"), ast.NewTerm(nodeVal)),
+		ast.Item(key("review"), ast.NewTerm(t.summary.value())),
+		ast.Item(key("resources"), ast.NewTerm(req.derived.resources)),
+		ast.Item(key("tolerations"), ast.NewTerm(req.derived.tolerations)),
+	)
 
 	releaseQuota, err := a.holdQuota(ctx, req, t, in)
 	if err != nil {
@@ -244,7 +245,7 @@ func (a *Authorizer) subjectOf(ctx context.Context, req podRequest, trusted *Sub
 		}
 		return s, nil
 	}
-	return ServiceAccountSubject(req.Pod), nil
+	return serviceAccountSubject(req.Pod.Namespace, req.Pod.ServiceAccount), nil
 }
 
 // tenantReview is what a decision learnt about the pod's tenant and its rights.
@@ -311,7 +312,7 @@ func (a *Authorizer) waitForSync(ctx context.Context) error {
 // reviewSpecs are the reviews a decision needs. A create review names no pod: RBAC
 // resourceNames cannot restrict creation, and one cached review then serves every pod a
 // service account creates in the namespace.
-func reviewSpecs(s Subject, operation, group string, pod *corev1.Pod, nodeName string, nodeAccess bool) []authorizationv1.SubjectAccessReviewSpec {
+func reviewSpecs(s Subject, operation, group string, pod podIdentity, nodeName string, nodeAccess bool) []authorizationv1.SubjectAccessReviewSpec {
 	base := authorizationv1.SubjectAccessReviewSpec{UID: s.UID, User: s.Username, Groups: s.Groups, Extra: extraValues(s.Extra)}
 	podSpec := base
 	podSpec.ResourceAttributes = &authorizationv1.ResourceAttributes{

@@ -18,6 +18,11 @@ func BenchmarkDecide(b *testing.B) {
 		distinct[i] = json.RawMessage(fmt.Sprintf(`{"pod": {"metadata": {"name": "p%d", "namespace": "team-a"},
 			"spec": {"serviceAccountName": "runner", "nodeName": "vk-a", "containers": [{"name": "main", "resources": {"limits": {"cpu": "%dm"}}}]}}}`, i, 1+i))
 	}
+	// The same, with the pod interLink's Virtual Kubelet forwards for a Job's pod.
+	interlink := make([]json.RawMessage, 8192)
+	for i := range interlink {
+		interlink[i] = json.RawMessage(interlinkPod(i))
+	}
 	arrayJob := make([]json.RawMessage, 1000)
 	for i := range arrayJob {
 		arrayJob[i] = json.RawMessage(arrayJobPod(i, "1"))
@@ -28,6 +33,7 @@ func BenchmarkDecide(b *testing.B) {
 		reviewEachTime bool
 	}{
 		{"cache-hit", distinct, false},
+		{"cache-hit/interlink-pod", interlink, false},
 		{"array-job", arrayJob, false},
 		{"review-each-time", distinct, true},
 	} {
@@ -49,4 +55,25 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		})
 	}
+}
+
+// interlinkPod is a Job's pod as interLink's Virtual Kubelet forwards it (make
+// bench-http's template), with its own name and memory request.
+func interlinkPod(i int) string {
+	return fmt.Sprintf(`{"pod": {"apiVersion": "v1", "kind": "Pod",
+	"metadata": {"name": "pod-%[1]d", "namespace": "team-a", "uid": "6c1f0e8a-5b3d-4c2e-9f00-%[1]d",
+		"labels": {"app": "bench", "batch.kubernetes.io/controller-uid": "0b9c7f4e-2a61-4f6d-8d2e-3c5a1e7b9f10",
+			"batch.kubernetes.io/job-name": "bench", "batch.kubernetes.io/job-completion-index": "%[1]d"},
+		"annotations": {"batch.kubernetes.io/job-completion-index": "%[1]d"}},
+	"spec": {"serviceAccountName": "runner", "nodeName": "vk-a", "restartPolicy": "Never",
+		"nodeSelector": {"interlink.io/tenant": "team-a"},
+		"containers": [{"name": "main", "image": "ghcr.io/example/solver:1.4",
+			"command": ["/bin/solver", "--input", "/data/in", "--output", "/data/out"],
+			"env": [{"name": "OMP_NUM_THREADS", "value": "1"},
+				{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}],
+			"resources": {"requests": {"cpu": "500m", "memory": "%[1]d"}}}],
+		"tolerations": [
+			{"key": "virtual-node.interlink/no-schedule", "operator": "Exists", "effect": "NoSchedule"},
+			{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+			{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]}}}`, 1+i)
 }

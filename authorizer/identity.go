@@ -24,10 +24,15 @@ func ServiceAccountSubject(pod *corev1.Pod) Subject {
 	if name == "" {
 		name = pod.Spec.DeprecatedServiceAccount
 	}
+	return serviceAccountSubject(pod.Namespace, name)
+}
+
+// serviceAccountSubject is the identity of service account name ("": default) in
+// namespace ns.
+func serviceAccountSubject(ns, name string) Subject {
 	if name == "" {
 		name = "default"
 	}
-	ns := pod.Namespace
 	return Subject{
 		Username: serviceaccount.MakeUsername(ns, name),
 		Groups:   []string{serviceaccount.AllServiceAccountsGroup, serviceaccount.MakeNamespaceGroupName(ns), "system:authenticated"},

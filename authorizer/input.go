@@ -2,17 +2,20 @@ package authorizer
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/lru"
 
 	"github.com/sar-bridge/sar-bridge/astjson"
 	"github.com/sar-bridge/sar-bridge/policies"
+	"github.com/sar-bridge/sar-bridge/strictjson"
 	k8sjson "sigs.k8s.io/json"
 )
 
@@ -22,20 +25,20 @@ type podRequest struct {
 	input     ast.Object
 	derived   podDerived // input.resources and input.tolerations
 	Operation string
-	Pod       *corev1.Pod
+	Pod       podIdentity
 	User      *inputUser
 	NodeName  string // input.node.name, "" when not given
 }
 
 // decodePodInput checks a pod decision's input and decodes it for the policy (straight
-// into Rego values) and, for the pod, user and node members, into Go types. Both
-// readings must agree on every field, so decoding is case-sensitive (as Kubernetes'
-// own) and refuses duplicate keys, and a pod may hold no field the Pod type lacks:
-// "Spec", "Operator" or "ſperator" would otherwise mean one thing to a Go client
-// (encoding/json folds case) and nothing to the policy. A pod with a field newer than
-// this build is refused too, never judged blind.
+// into Rego values); the pipeline reads the pod's identity from those values, and the
+// user and node members as Go types. The pod must be one Kubernetes' strict decoding
+// would accept: field names case-sensitive, no key twice, no field the Pod type lacks.
+// "Spec", "Operator" or "ſperator" would otherwise mean one thing to a Go client that
+// receives the pod (encoding/json folds case) and nothing to the policy; a pod with a
+// field newer than this build is refused too, never judged blind.
 func decodePodInput(raw []byte, specs podSpecs) (podRequest, error) {
-	obj, fields, err := astjson.DecodeObject(raw)
+	obj, fields, err := astjson.DecodeObject(raw, inputNames)
 	if err != nil {
 		return podRequest{}, inputErrorf("input: %v", err)
 	}
@@ -84,18 +87,46 @@ func decodePodInput(raw []byte, specs podSpecs) (podRequest, error) {
 	return req, nil
 }
 
-// podSpecs remembers the pod specs that decoded strictly, by the hash of their bytes:
-// the pods of one Job or array job carry the same spec, and strict decoding is most of
-// a decision's cost when its policy evaluation comes from the memo. Only what the
-// pipeline reads of a spec is kept.
-type podSpecs struct{ valid *lru.Cache }
+// inputNames are the member names a pod decision's input is expected to hold: its own
+// members and every field name of a Pod, so that decoding them allocates nothing.
+var inputNames = func() astjson.Names {
+	names := []string{"operation", "pod", "user", "node"}
+	seen := map[reflect.Type]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || seen[t] {
+			return
+		}
+		seen[t] = true
+		for f := range t.Fields() {
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+				names = append(names, name)
+			}
+			walk(f.Type)
+		}
+	}
+	walk(reflect.TypeFor[corev1.Pod]())
+	walk(reflect.TypeFor[inputUser]())
+	return astjson.NewNames(names...)
+}()
 
-// specFields is what the pipeline reads of a pod's spec, and what the bridge derives
-// from it for the policy.
-type specFields struct {
-	serviceAccountName, deprecatedServiceAccount, nodeName string
-	derived                                                podDerived
-}
+// podType is a Pod's shape, for checking a pod as strict decoding would decode it.
+var podType = func() *strictjson.Type {
+	t, err := strictjson.For(reflect.TypeFor[corev1.Pod]())
+	if err != nil {
+		panic(fmt.Sprintf("the Pod type cannot be checked: %v", err)) // a build of the bridge that cannot work
+	}
+	return t
+}()
+
+// podSpecs remembers the pod specs that were checked, by the hash of their bytes, with
+// what the bridge derives from them: the pods of one Job or array job carry the same
+// spec, and checking and deriving are most of a decision's cost when its policy
+// evaluation comes from the memo.
+type podSpecs struct{ valid *lru.Cache }
 
 // podDerived is what the bridge adds to the input from the pod's spec, so that
 // policies read it ready-made (policies.PodResources, policies.PodTolerations).
@@ -110,50 +141,66 @@ func derive(pod ast.Value) podDerived {
 
 func newPodSpecs() podSpecs { return podSpecs{valid: lru.New(1024)} }
 
-// decode decodes a pod strictly (see decodePodInput) and gives what the bridge derives
-// from it (input.resources, input.tolerations);
-// raw must be valid JSON (a member DecodeObject returned) and value its Rego value. A
-// spec seen before is not decoded again: the rest of the pod is, as a Pod without spec,
-// so errors read as they would.
-func (p podSpecs) decode(raw []byte, value ast.Value) (*corev1.Pod, podDerived, error) {
+// decode checks a pod, decoded to value from raw, as strict decoding into a Pod would
+// (see decodePodInput), and gives the fields the pipeline reads in Go and what the
+// bridge derives for the policy (input.resources, input.tolerations). raw must be valid
+// JSON (a member DecodeObject returned). A spec seen before is not checked again.
+func (p podSpecs) decode(raw []byte, value ast.Value) (podIdentity, podDerived, error) {
 	members, err := astjson.ValidMembers(raw) // raw is a member DecodeObject checked
 	if err != nil {
-		return nil, podDerived{}, err
+		return podIdentity{}, podDerived{}, err
 	}
 	spec, hasSpec := members["spec"]
 	key := sha256.Sum256(spec)
-	if hit, ok := p.valid.Get(key); ok && hasSpec {
-		delete(members, "spec")
-		pod := &corev1.Pod{}
-		if err := strictUnmarshal(joinMembers(members), pod, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields); err != nil {
-			return nil, podDerived{}, err
-		}
-		f := hit.(specFields)
-		pod.Spec.ServiceAccountName, pod.Spec.DeprecatedServiceAccount, pod.Spec.NodeName = f.serviceAccountName, f.deprecatedServiceAccount, f.nodeName
-		return pod, f.derived, nil
+	hit, seen := p.valid.Get(key)
+	seen = seen && hasSpec
+	var skip []string
+	if seen {
+		skip = []string{"spec"}
 	}
-	pod := &corev1.Pod{}
-	if err := strictUnmarshal(raw, pod, k8sjson.DisallowDuplicateFields, k8sjson.DisallowUnknownFields); err != nil {
-		return nil, podDerived{}, err
+	if err := podType.Check(value, skip...); err != nil {
+		return podIdentity{}, podDerived{}, err
+	}
+	if seen {
+		return podIdentityOf(value), hit.(podDerived), nil
 	}
 	derived := derive(value)
 	if hasSpec {
-		p.valid.Add(key, specFields{pod.Spec.ServiceAccountName, pod.Spec.DeprecatedServiceAccount, pod.Spec.NodeName, derived})
+		p.valid.Add(key, derived)
 	}
-	return pod, derived, nil
+	return podIdentityOf(value), derived, nil
 }
 
-// joinMembers writes an object of raw members back as JSON.
-func joinMembers(members map[string][]byte) []byte {
-	b := []byte{'{'}
-	for k, v := range members {
-		if len(b) > 1 {
-			b = append(b, ',')
-		}
-		key, _ := json.Marshal(k) // a string always encodes
-		b = append(append(append(b, key...), ':'), v...)
+// Paths of the pod fields the pipeline reads in Go.
+var (
+	pathName               = []*ast.Term{key("metadata"), key("name")}
+	pathNamespace          = []*ast.Term{key("metadata"), key("namespace")}
+	pathUID                = []*ast.Term{key("metadata"), key("uid")}
+	pathServiceAccountName = []*ast.Term{key("spec"), key("serviceAccountName")}
+	pathServiceAccount     = []*ast.Term{key("spec"), key("serviceAccount")}
+	pathNodeName           = []*ast.Term{key("spec"), key("nodeName")}
+)
+
+// podIdentity is what the pipeline reads of a pod in Go, read from the same value the
+// policy sees (a pod podType checked): "" where the pod has no such field, or null.
+type podIdentity struct {
+	Namespace, Name string
+	UID             types.UID
+	ServiceAccount  string // spec.serviceAccountName, else the deprecated spec.serviceAccount
+	NodeName        string // spec.nodeName
+}
+
+func podIdentityOf(pod ast.Value) podIdentity {
+	str := func(path []*ast.Term) string {
+		s, _ := astjson.Find(pod, path).(ast.String)
+		return string(s)
 	}
-	return append(b, '}')
+	id := podIdentity{Namespace: str(pathNamespace), Name: str(pathName), UID: types.UID(str(pathUID)),
+		ServiceAccount: str(pathServiceAccountName), NodeName: str(pathNodeName)}
+	if id.ServiceAccount == "" {
+		id.ServiceAccount = str(pathServiceAccount)
+	}
+	return id
 }
 
 // strictUnmarshal decodes with exact (case-sensitive) field names, and with the given
@@ -204,7 +251,7 @@ var keyTerms = func() map[string]*ast.Term {
 	for _, k := range []string{
 		"operation", "subject", "tenant", "tenant_label", "group", "namespace", "node", "review", "resources", "tolerations",
 		"username", "uid", "groups", "extra", "name", "labels", "annotations", "found", "taints", "allocatable",
-		"key", "value", "effect", "allowed", "denied", "reason", "attributes", "verb", "resource",
+		"key", "value", "effect", "metadata", "spec", "serviceAccountName", "serviceAccount", "nodeName", "allowed", "denied", "reason", "attributes", "verb", "resource",
 		"modifications", // read from decisions
 	} {
 		m[k] = ast.StringTerm(k)
@@ -218,6 +265,21 @@ func key(name string) *ast.Term {
 		return t
 	}
 	return ast.StringTerm(name)
+}
+
+// withMembers is obj with members added, replacing those of the same name, built at its
+// final size rather than grown one member at a time.
+func withMembers(obj ast.Object, members ...[2]*ast.Term) ast.Object {
+	items := make([][2]*ast.Term, 0, obj.Len()+len(members))
+	obj.Foreach(func(k, v *ast.Term) {
+		for _, m := range members {
+			if k.Value.Compare(m[0].Value) == 0 {
+				return
+			}
+		}
+		items = append(items, [2]*ast.Term{k, v})
+	})
+	return ast.NewObject(append(items, members...)...)
 }
 
 func subjectValue(s Subject) ast.Value {

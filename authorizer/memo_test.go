@@ -2,6 +2,7 @@ package authorizer
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sar-bridge/sar-bridge/astjson"
 	"github.com/sar-bridge/sar-bridge/cache"
 	"github.com/sar-bridge/sar-bridge/mapping"
 	"github.com/sar-bridge/sar-bridge/policies"
@@ -109,8 +111,8 @@ func TestDecideSeesNewObjectVersions(t *testing.T) {
 	}
 }
 
-// TestPodSpecsDecodeOnce: a spec that decoded strictly is not decoded again, the rest of
-// the pod still is, with the same errors; a spec that failed is never remembered.
+// TestPodSpecsDecodeOnce: a spec that was checked is not checked again, the rest of the
+// pod still is, with the same errors; a spec that failed is never remembered.
 func TestPodSpecsDecodeOnce(t *testing.T) {
 	specs := newPodSpecs()
 	const spec = `"spec": {"serviceAccountName": "runner", "nodeName": "vk-a", "containers": [{"name": "main"}]}`
@@ -139,11 +141,88 @@ func TestPodSpecsDecodeOnce(t *testing.T) {
 			}
 		case err != nil:
 			t.Fatalf("%s: %v", s.name, err)
-		case pod.Spec.ServiceAccountName != "runner" || pod.Spec.NodeName != "vk-a" || pod.Namespace != "team-a":
+		case pod.ServiceAccount != "runner" || pod.NodeName != "vk-a" || pod.Namespace != "team-a":
 			t.Fatalf("%s: decoded %+v", s.name, pod)
 		}
 		if n := specs.valid.Len(); n != s.wantSpecs {
 			t.Fatalf("%s: %d specs remembered, want %d", s.name, n, s.wantSpecs)
 		}
+	}
+}
+
+func TestPodIdentityOf(t *testing.T) {
+	for _, tt := range []struct {
+		name, pod string
+		want      podIdentity
+	}{
+		{"all fields", `{"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {"serviceAccountName": "sa", "serviceAccount": "old", "nodeName": "vk"}}`,
+			podIdentity{Namespace: "ns", Name: "p", UID: "u", ServiceAccount: "sa", NodeName: "vk"}},
+		{"the deprecated service account", `{"metadata": {"namespace": "ns"}, "spec": {"serviceAccount": "old"}}`,
+			podIdentity{Namespace: "ns", ServiceAccount: "old"}},
+		{"nulls and absent fields", `{"metadata": {"name": null}, "spec": null}`, podIdentity{}},
+		{"escaped field names", `{"metadata": {"n\u0061mespace": "ns"}, "spec": {"node\u004eame": "vk"}}`,
+			podIdentity{Namespace: "ns", NodeName: "vk"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			value, _, err := astjson.DecodeObject([]byte(tt.pod), inputNames)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := podIdentityOf(value); got != tt.want {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// recordingEvaluator keeps the input of the last evaluation.
+type recordingEvaluator struct {
+	Evaluator
+	last ast.Value
+}
+
+func (r *recordingEvaluator) EvalValue(ctx context.Context, path []string, input ast.Value, memo policies.Memo) (policies.Result, error) {
+	r.last = input
+	return r.Evaluator.EvalValue(ctx, path, input, memo)
+}
+
+// TestDecideReplacesCallerMembers: what the bridge adds to the input replaces a caller's
+// members of the same name (a caller cannot vouch for its own review); the caller's
+// other members are kept as sent.
+func TestDecideReplacesCallerMembers(t *testing.T) {
+	a := newTestAuthorizer(t, Config{}, &fakeReviewer{answer: denyAll}, newView())
+	rec := &recordingEvaluator{Evaluator: a.evaluator}
+	a.evaluator = rec
+	input := `{"pod": {"metadata": {"name": "p", "namespace": "team-a"}, "spec": {"serviceAccountName": "runner", "containers": [{"name": "c"}]}},
+		"review": {"allowed": true}, "subject": {"username": "system:admin"}, "tenant": "other", "group": "x",
+		"resources": {"largest": {}}, "tolerations": {}, "note": "kept"}`
+	d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outcome, _ := summarize(d.Result, d.Defined); outcome != "denied" {
+		t.Fatalf("outcome %q, want denied", outcome)
+	}
+	in := rec.last.(ast.Object)
+	for _, tt := range []struct{ path, want string }{
+		{"review.allowed", "false"},
+		{"subject.username", `"` + saRunner + `"`},
+		{"tenant", `"team-a"`},
+		{"group", `"interlink.io"`},
+		{"resources.largest", "{}"},
+		{"tolerations.keyless_exists", "0"},
+		{"note", `"kept"`},
+		{"operation", `"create"`},
+	} {
+		var path []*ast.Term
+		for _, p := range strings.Split(tt.path, ".") {
+			path = append(path, ast.StringTerm(p))
+		}
+		if got := astjson.Find(in, path); got == nil || got.String() != tt.want {
+			t.Errorf("input.%s = %v, want %s", tt.path, got, tt.want)
+		}
+	}
+	if n := in.Len(); n != 12 {
+		t.Errorf("input has %d members, want 12 (the caller's pod and note, and ten added): %v", n, in)
 	}
 }

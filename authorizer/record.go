@@ -17,7 +17,8 @@ type decisionRecord struct {
 }
 
 func (a *Authorizer) beginDecision(fields ...any) *decisionRecord {
-	return &decisionRecord{a: a, start: time.Now(), fields: fields, outcome: "error"}
+	// Room for the fields a decision adds, so its line is not grown piece by piece.
+	return &decisionRecord{a: a, start: time.Now(), fields: append(make([]any, 0, 40), fields...), outcome: "error"}
 }
 
 // add appends key/value pairs to every later line of the decision.

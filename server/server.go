@@ -3,6 +3,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -220,7 +221,9 @@ func documentPath(u *url.URL) ([]string, error) {
 
 // readInput reads {"input": {...}} from a bounded body.
 func readInput(w http.ResponseWriter, r *http.Request, maxBody int64) (json.RawMessage, int, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	// Read into a buffer of the announced size (bounded), not one grown by doubling.
+	body := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0), maxBody)+bytes.MinRead))
+	_, err := body.ReadFrom(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -229,7 +232,7 @@ func readInput(w http.ResponseWriter, r *http.Request, maxBody int64) (json.RawM
 		return nil, http.StatusBadRequest, fmt.Errorf("reading request body: %w", err)
 	}
 	// Only input is decoded, later and once; the envelope is checked, not decoded.
-	members, err := astjson.Members(body)
+	members, err := astjson.Members(body.Bytes())
 	if err != nil {
 		return nil, http.StatusBadRequest, fmt.Errorf("body is not valid JSON of the form {\"input\": {...}}: %w", err)
 	}
