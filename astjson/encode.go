@@ -83,16 +83,22 @@ func appendObject(dst []byte, obj ast.Object) ([]byte, bool) {
 	return append(out, '}'), true
 }
 
-// appendString writes s quoted; strings with a byte encoding/json escapes (control
-// characters, quote, backslash, <, >, &, anything outside ASCII) go through it.
+// appendString writes s quoted, escaping a quote or backslash as encoding/json does;
+// strings with any other byte it escapes (control characters, <, >, &, anything outside
+// ASCII) go through it.
 func appendString(dst []byte, s string) ([]byte, error) {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' {
 			return appendSlow(dst, ast.String(s))
 		}
 	}
 	dst = append(dst, '"')
-	dst = append(dst, s...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			dst = append(dst, '\\')
+		}
+		dst = append(dst, s[i])
+	}
 	return append(dst, '"'), nil
 }
 

@@ -14,7 +14,8 @@ import (
 func TestAppendJSON(t *testing.T) {
 	for _, src := range []string{
 		`null`, `true`, `false`, `0`, `-1.5e3`, `12345678901234567890`, `""`, `"plain text: a/b=c"`,
-		`"quote \" backslash \\ tab \t newline \n nul \u0000 del \u007f"`, `"<b> & </b>"`, `"é ü 漢 \u2028 \u2029"`,
+		`"quote \" backslash \\ tab \t newline \n nul \u0000 del \u007f"`, `"<b> & </b>"`,
+		`"only \"quotes\" and \\backslashes\\"`, `"é ü 漢 \u2028 \u2029"`,
 		`[]`, `{}`, `set()`, `[1, "a", null, [true]]`,
 		`{"allowed": true, "reason": "RBAC: allowed by RoleBinding \"team-a/runner\"", "modifications": {"pod_annotations": {}, "resource_limits": {"main": {"cpu": "1", "memory": "1Gi"}}}}`,
 		`{"b": 1, "a": 2, "A": 3, "ä": 4, "": 5}`,
