@@ -273,7 +273,7 @@ func (c *checker) check(n *node, v ast.Value) error {
 			return nil
 		}
 	case ast.Number:
-		if err, ok := c.number(n, string(v)); ok {
+		if numeric, err := c.number(n, string(v)); numeric {
 			return err
 		}
 	case *ast.Array:
@@ -299,26 +299,27 @@ func (c *checker) check(n *node, v ast.Value) error {
 	return c.mismatch(n, v)
 }
 
-// number checks a number literal against a numeric kind; ok is false for other kinds.
-func (c *checker) number(n *node, lit string) (err error, ok bool) {
+// number checks a number literal against a numeric kind; numeric is false for other
+// kinds.
+func (c *checker) number(n *node, lit string) (numeric bool, err error) {
 	var fits bool
 	switch n.kind {
 	case kindInt:
-		i, err := strconv.ParseInt(lit, 10, 64)
-		fits = err == nil && !reflect.Zero(n.goType).OverflowInt(i)
+		i, parseErr := strconv.ParseInt(lit, 10, 64)
+		fits = parseErr == nil && !reflect.Zero(n.goType).OverflowInt(i)
 	case kindUint:
-		u, err := strconv.ParseUint(lit, 10, 64)
-		fits = err == nil && !reflect.Zero(n.goType).OverflowUint(u)
+		u, parseErr := strconv.ParseUint(lit, 10, 64)
+		fits = parseErr == nil && !reflect.Zero(n.goType).OverflowUint(u)
 	case kindFloat:
-		f, err := strconv.ParseFloat(lit, n.goType.Bits())
-		fits = err == nil && !reflect.Zero(n.goType).OverflowFloat(f)
+		f, parseErr := strconv.ParseFloat(lit, n.goType.Bits())
+		fits = parseErr == nil && !reflect.Zero(n.goType).OverflowFloat(f)
 	default:
-		return nil, false
+		return false, nil
 	}
 	if !fits {
-		return fmt.Errorf("cannot unmarshal number %s into field %q of type %v", lit, c.at(""), n.goType), true
+		return true, fmt.Errorf("cannot unmarshal number %s into field %q of type %v", lit, c.at(""), n.goType)
 	}
-	return nil, true
+	return true, nil
 }
 
 func (c *checker) object(n *node, obj ast.Object, skip []string) error {
