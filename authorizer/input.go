@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	corev1 "k8s.io/api/core/v1"
@@ -87,32 +86,6 @@ func decodePodInput(raw []byte, specs podSpecs) (podRequest, error) {
 	return req, nil
 }
 
-// inputNames are the member names a pod decision's input is expected to hold: its own
-// members and every field name of a Pod, so that decoding them allocates nothing.
-var inputNames = func() astjson.Names {
-	names := []string{"operation", "pod", "user", "node"}
-	seen := map[reflect.Type]bool{}
-	var walk func(t reflect.Type)
-	walk = func(t reflect.Type) {
-		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
-			t = t.Elem()
-		}
-		if t.Kind() != reflect.Struct || seen[t] {
-			return
-		}
-		seen[t] = true
-		for f := range t.Fields() {
-			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
-				names = append(names, name)
-			}
-			walk(f.Type)
-		}
-	}
-	walk(reflect.TypeFor[corev1.Pod]())
-	walk(reflect.TypeFor[inputUser]())
-	return astjson.NewNames(names...)
-}()
-
 // podType is a Pod's shape, for checking a pod as strict decoding would decode it.
 var podType = func() *strictjson.Type {
 	t, err := strictjson.For(reflect.TypeFor[corev1.Pod]())
@@ -121,6 +94,12 @@ var podType = func() *strictjson.Type {
 	}
 	return t
 }()
+
+// inputNames are the member names a pod decision's input is expected to hold: its own
+// members, input.user's, and every field name of a Pod, so that decoding them allocates
+// nothing.
+var inputNames = astjson.NewNames(append([]string{"operation", "pod", "user", "node", "username", "uid", "groups", "extra"},
+	podType.Names()...)...)
 
 // podSpecs remembers the pod specs that were checked, by the hash of their bytes, with
 // what the bridge derives from them: the pods of one Job or array job carry the same

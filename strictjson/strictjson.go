@@ -13,7 +13,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,6 +27,26 @@ import (
 // Type is a Go type's shape as strict JSON decoding sees it. It is read-only once
 // built, and safe for concurrent use.
 type Type struct{ root *node }
+
+// Names are the JSON field names of every struct in the type, each once, sorted.
+func (t *Type) Names() []string {
+	seen := map[*node]bool{}
+	set := map[string]bool{}
+	var walk func(n *node)
+	walk = func(n *node) {
+		if n == nil || seen[n] {
+			return
+		}
+		seen[n] = true
+		for name, f := range n.fields {
+			set[name] = true
+			walk(f)
+		}
+		walk(n.elem)
+	}
+	walk(t.root)
+	return slices.Sorted(maps.Keys(set))
+}
 
 type kind uint8
 

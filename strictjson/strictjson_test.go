@@ -169,3 +169,31 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+type named struct {
+	TypeMeta `json:",inline"`
+	Spec     *namedSpec      `json:"spec"`
+	Items    []tree          `json:"items"`
+	ByKey    map[string]tree `json:"byKey"`
+	Skipped  string          `json:"-"`
+	Untagged int
+}
+
+type TypeMeta struct {
+	Kind string `json:"kind"`
+}
+
+type namedSpec struct {
+	Name string `json:"name,omitempty"`
+}
+
+func TestNames(t *testing.T) {
+	typ, err := For(reflect.TypeFor[named]())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"Untagged", "byKey", "children", "items", "kind", "name", "spec"}
+	if got := typ.Names(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
