@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -136,6 +137,35 @@ func decodeReview(b []byte) (ReviewResult, bool) {
 	return ReviewResult{Allowed: c.Allowed, Denied: c.Denied, Reason: c.Reason}, true
 }
 
+// decodedReviews keeps reviews decoded from the cache by their encoded bytes: a hit is
+// the common case, and the same few values are read again and again. Equal bytes decode
+// alike, so an entry is never stale; the map starts over when full.
+type decodedReviews struct {
+	mu      sync.RWMutex
+	byValue map[string]ReviewResult
+}
+
+const decodedReviewsSize = 1024
+
+func (d *decodedReviews) decode(b []byte) (ReviewResult, bool) {
+	d.mu.RLock()
+	r, ok := d.byValue[string(b)]
+	d.mu.RUnlock()
+	if ok {
+		return r, true
+	}
+	if r, ok = decodeReview(b); !ok {
+		return r, false
+	}
+	d.mu.Lock()
+	if d.byValue == nil || len(d.byValue) >= decodedReviewsSize {
+		d.byValue = make(map[string]ReviewResult, decodedReviewsSize)
+	}
+	d.byValue[string(b)] = r
+	d.mu.Unlock()
+	return r, true
+}
+
 // CachedReviewMaxAge returns how long a replica with these TTLs keeps a cached review:
 // allowedTTL for an allow, deniedTTL otherwise, 0 (a miss) for a value it cannot
 // decode. A shared cache caps every hit with it, whatever expiry its writer stamped.
@@ -163,6 +193,7 @@ type CachingReviewer struct {
 	inFlight   *semaphore.Weighted
 	metrics    *Metrics
 	logger     log.Logger
+	decoded    decodedReviews
 }
 
 // ttl is how long the cache keeps r: 0 for an outcome it never keeps.
@@ -266,8 +297,7 @@ func (c *CachingReviewer) lookup(ctx context.Context, key string) (ReviewResult,
 	if !ok {
 		return ReviewResult{}, false
 	}
-	r, ok := decodeReview(b)
-	return r, ok
+	return c.decoded.decode(b)
 }
 
 func (c *CachingReviewer) reviewAndStore(ctx context.Context, reviewer Reviewer, key string, spec authorizationv1.SubjectAccessReviewSpec) (ReviewResult, error) {

@@ -318,3 +318,42 @@ func TestCachingReviewerInFlightCap(t *testing.T) {
 		close(rev.release)
 	})
 }
+
+// TestDecodedReviews: a cached value decodes as decodeReview decodes it, again when it
+// is read again, and never when it is not a review; the map stays bounded.
+func TestDecodedReviews(t *testing.T) {
+	var d decodedReviews
+	allowed := ReviewResult{Allowed: true, Reason: `RBAC: allowed by RoleBinding "team-a/runner"`}
+	denied := ReviewResult{Denied: true, Reason: "no"}
+	for _, tc := range []struct {
+		name  string
+		value []byte
+		want  ReviewResult
+		ok    bool
+	}{
+		{"allowed", encodeReview(allowed), allowed, true},
+		{"allowed again", encodeReview(allowed), allowed, true},
+		{"denied", encodeReview(denied), denied, true},
+		{"not JSON", []byte(`{"v":1,`), ReviewResult{}, false},
+		{"other version", []byte(`{"v":2,"a":true}`), ReviewResult{}, false},
+		{"other version again", []byte(`{"v":2,"a":true}`), ReviewResult{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := d.decode(tc.value)
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("decode(%s) = %+v, %v; want %+v, %v", tc.value, got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+	if n := len(d.byValue); n != 2 {
+		t.Errorf("%d values kept, want 2 (the two reviews)", n)
+	}
+	for i := range decodedReviewsSize + 10 {
+		if _, ok := d.decode(encodeReview(ReviewResult{Reason: strings.Repeat("x", i)})); !ok {
+			t.Fatal("a review did not decode")
+		}
+	}
+	if n := len(d.byValue); n > decodedReviewsSize {
+		t.Errorf("%d values kept, want at most %d", n, decodedReviewsSize)
+	}
+}

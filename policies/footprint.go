@@ -13,8 +13,11 @@ import (
 // a memo keyed on these values is sound; when some read cannot be bounded this way,
 // reason says why and the query is never memoised.
 type footprint struct {
-	paths  [][]*ast.Term // none a prefix of another
-	reason string        // non-empty: not memoisable
+	paths [][]*ast.Term // sorted, none a prefix of another
+	// shared[i] is how many leading terms paths[i] shares with paths[i-1] (0 for the
+	// first), so that reading the values at the paths looks each prefix up once.
+	shared []int
+	reason string // non-empty: not memoisable
 }
 
 func (f footprint) memoisable() bool { return f.reason == "" }
@@ -36,7 +39,14 @@ func inputFootprint(c *ast.Compiler, query ast.Ref) footprint {
 	if w.reason != "" {
 		return footprint{reason: w.reason}
 	}
-	return footprint{paths: minimalPrefixes(w.paths)}
+	paths := minimalPrefixes(w.paths)
+	shared := make([]int, len(paths))
+	for i := 1; i < len(paths); i++ {
+		for shared[i] < min(len(paths[i]), len(paths[i-1])) && paths[i][shared[i]].Equal(paths[i-1][shared[i]]) {
+			shared[i]++
+		}
+	}
+	return footprint{paths: paths, shared: shared}
 }
 
 type footprintWalker struct {

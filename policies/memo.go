@@ -86,13 +86,33 @@ func memoKey(path []string, salt []byte, fp footprint, input ast.Value) [sha256.
 		b = append(binary.AppendUvarint(b, uint64(len(seg))), seg...)
 	}
 	b = append(binary.AppendUvarint(b, uint64(len(salt))), salt...)
-	for _, p := range fp.paths {
-		b = astjson.AppendCanonical(b, astjson.Find(input, p))
-	}
+	b = fp.appendValues(b, input)
 	key := sha256.Sum256(b)
 	*bp = b
 	keyBuffers.Put(bp)
 	return key
+}
+
+// appendValues appends the canonical encoding of the value at each of fp's paths in
+// input (absent where input has none). The value at the prefix a path shares with the
+// one before it is reused, not looked up again from the root: the paths of one policy
+// mostly start alike (input.pod.spec...).
+func (fp footprint) appendValues(b []byte, input ast.Value) []byte {
+	var stack [8]ast.Value
+	walked := stack[:0] // walked[j]: the value at the current path's first j+1 terms
+	for i, p := range fp.paths {
+		walked = walked[:min(fp.shared[i], len(walked))]
+		v := input
+		if len(walked) > 0 {
+			v = walked[len(walked)-1]
+		}
+		for j := len(walked); j < len(p); j++ {
+			v = astjson.Find(v, p[j:j+1])
+			walked = append(walked, v)
+		}
+		b = astjson.AppendCanonical(b, v)
+	}
+	return b
 }
 
 // EvalValue evaluates data.<path...> on an input already in Rego's value form (see

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/sar-bridge/sar-bridge/astjson"
 )
 
 func memoEvaluator(t *testing.T, module string) *Evaluator {
@@ -229,5 +231,48 @@ func TestDefaultPolicyIsMemoisable(t *testing.T) {
 		if s := fmt.Sprint(path); strings.HasPrefix(s, `["pod" "metadata"`) || s == `["pod" "spec"]` || s == `["pod"]` || strings.Contains(s, "hostname") {
 			t.Errorf("the default decision reads %s: the pods of one job would not share a memo entry", s)
 		}
+	}
+}
+
+// TestFootprintValues: reading the footprint's values with shared prefixes looked up
+// once encodes exactly what looking each path up from the root does.
+func TestFootprintValues(t *testing.T) {
+	e := newEvaluator(t, Options{DataFile: writeFile(t, t.TempDir(), "data.json", benchData)})
+	p, err := e.prepare(context.Background(), []string{"interlink", "authz", "decision"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bench, err := ast.InterfaceToValue(benchInput(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrays := inputFootprint(memoEvaluator(t, `package m
+
+d := [input.a[0].b, input.a[0].c, input.a[1].b, input.a.x, input.b.c.d, input.b.c.e, input.b.f]
+`).compiler, ast.MustParseRef("data.m.d"))
+	for _, tc := range []struct {
+		name  string
+		fp    footprint
+		input ast.Value
+	}{
+		{"bench input", p.footprint, bench},
+		{"empty input", p.footprint, value(t, `{}`)},
+		{"no spec", p.footprint, value(t, `{"pod": {"metadata": {"annotations": {"slurm-job.vk.io/flags": "x"}}}, "node": 3}`)},
+		{"not an object", p.footprint, value(t, `"pod"`)},
+		{"arrays", arrays, value(t, `{"a": [{"b": 1, "c": 2}, {"b": 3}], "b": {"c": {"d": [4], "e": null}, "f": 5}}`)},
+		{"arrays, other shapes", arrays, value(t, `{"a": {"x": 1}, "b": {"c": 7}}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.fp.memoisable() || len(tc.fp.paths) < 5 {
+				t.Fatalf("footprint %v (%s): want at least 5 paths", tc.fp.paths, tc.fp.reason)
+			}
+			var want []byte
+			for _, path := range tc.fp.paths {
+				want = astjson.AppendCanonical(want, astjson.Find(tc.input, path))
+			}
+			if got := tc.fp.appendValues(nil, tc.input); string(got) != string(want) {
+				t.Errorf("appendValues = %q, want %q", got, want)
+			}
+		})
 	}
 }
