@@ -42,9 +42,7 @@ func inputFootprint(c *ast.Compiler, query ast.Ref) footprint {
 	paths := minimalPrefixes(w.paths)
 	shared := make([]int, len(paths))
 	for i := 1; i < len(paths); i++ {
-		for shared[i] < min(len(paths[i]), len(paths[i-1])) && paths[i][shared[i]].Equal(paths[i-1][shared[i]]) {
-			shared[i]++
-		}
+		shared[i] = commonPrefixLen(paths[i], paths[i-1])
 	}
 	return footprint{paths: paths, shared: shared}
 }
@@ -171,13 +169,14 @@ func minimalPrefixes(paths [][]*ast.Term) [][]*ast.Term {
 }
 
 func hasPathPrefix(p, prefix []*ast.Term) bool {
-	if len(prefix) > len(p) {
-		return false
+	return commonPrefixLen(p, prefix) == len(prefix)
+}
+
+// commonPrefixLen is how many leading terms a and b share.
+func commonPrefixLen(a, b []*ast.Term) int {
+	n := 0
+	for n < min(len(a), len(b)) && a[n].Equal(b[n]) {
+		n++
 	}
-	for i := range prefix {
-		if !p[i].Equal(prefix[i]) {
-			return false
-		}
-	}
-	return true
+	return n
 }

@@ -101,7 +101,7 @@ func (fp footprint) appendValues(b []byte, input ast.Value) []byte {
 	var stack [8]ast.Value
 	walked := stack[:0] // walked[j]: the value at the current path's first j+1 terms
 	for i, p := range fp.paths {
-		walked = walked[:min(fp.shared[i], len(walked))]
+		walked = walked[:fp.shared[i]] // walked holds all of the previous path's values
 		v := input
 		if len(walked) > 0 {
 			v = walked[len(walked)-1]
