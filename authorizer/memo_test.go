@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -225,4 +226,50 @@ func TestDecideReplacesCallerMembers(t *testing.T) {
 	if n := in.Len(); n != 12 {
 		t.Errorf("input has %d members, want 12 (the caller's pod and note, and ten added): %v", n, in)
 	}
+}
+
+// TestDecisionsKeepNoInput: what a decision leaves behind (the spec cache's derived
+// values, the memoised result) holds no term of its request's input. One shared term
+// would keep the whole decoded input alive (astjson cuts terms from shared blocks):
+// with a container's name shared, each of 2,000 distinct pods with 64 env vars kept
+// 25 kB; with none, 4 kB (its memoised result and its derived values).
+func TestDecisionsKeepNoInput(t *testing.T) {
+	var env strings.Builder
+	for i := range 64 {
+		fmt.Fprintf(&env, `{"name": "VAR_%d", "value": "%s"},`, i, strings.Repeat("v", 100))
+	}
+	pod := func(i int) json.RawMessage {
+		return json.RawMessage(fmt.Sprintf(`{"pod": {"metadata": {"name": "p-%d", "namespace": "team-a"},
+			"spec": {"serviceAccountName": "runner", "nodeName": "vk-a", "containers": [{"name": "main",
+			"env": [%s {"name": "LAST"}], "resources": {"requests": {"cpu": "%dm"}}}]}}}`, i, env.String(), 1+i))
+	}
+	const pods = 2000
+	inputs := make([]json.RawMessage, pods)
+	for i := range inputs {
+		inputs[i] = pod(i)
+	}
+	a := newTestAuthorizer(t, Config{}, &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}, newView())
+	decide := func(in json.RawMessage) {
+		d, err := a.Decide(context.Background(), decisionPath, in)
+		if outcome, _ := summarize(d.Result, d.Defined); err != nil || outcome != "allowed" {
+			t.Fatalf("decision %v %v", jsonOf(d.Result), err)
+		}
+	}
+	decide(inputs[0]) // the policy's compiled query and the review cache are no part of it
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for _, in := range inputs[1:] {
+		decide(in)
+	}
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perDecision := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / (pods - 1)
+	if perDecision > 8<<10 {
+		t.Errorf("each decision left %d bytes on the heap, want at most 8 kB: a decoded input is kept", perDecision)
+	}
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(inputs)
 }

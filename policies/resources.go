@@ -38,6 +38,22 @@ var (
 	containerLists            = []*ast.Term{containersKey, ast.StringTerm("initContainers")}
 )
 
+// resourceNames are the resource names most pods set, as terms allocated once.
+var resourceNames = map[ast.String]*ast.Term{
+	"cpu": ast.StringTerm("cpu"), "memory": ast.StringTerm("memory"), "ephemeral-storage": ast.StringTerm("ephemeral-storage"),
+}
+
+// ownTerm is a term of its own holding s, never one of the pod's. What PodResources
+// returns outlives the request (authorizer's spec cache, the decision memo), and one
+// term of the decoded pod would keep that request's whole input alive: astjson cuts a
+// document's terms from shared blocks.
+func ownTerm(s ast.String) *ast.Term {
+	if t, ok := resourceNames[s]; ok {
+		return t
+	}
+	return ast.StringTerm(string(s))
+}
+
 // PodResources is input.resources for a pod value (input.pod), or null.
 func PodResources(pod ast.Value) ast.Value {
 	spec, ok := podSpec(pod)
@@ -133,8 +149,8 @@ func containerAmounts(c ast.Value) (ast.Object, bool) {
 	}
 	name := ast.StringTerm("")
 	if n := obj.Get(nameKey); n != nil {
-		if _, ok := n.Value.(ast.String); ok {
-			name = n
+		if s, ok := n.Value.(ast.String); ok {
+			name = ownTerm(s)
 		}
 	}
 	return ast.NewObject([2]*ast.Term{nameKey, name}, [2]*ast.Term{limitsKey, ast.NewTerm(limits)}, [2]*ast.Term{requestsKey, ast.NewTerm(requests)}), true
@@ -162,7 +178,8 @@ func parsedAmounts(res ast.Object, kind *ast.Term) (ast.Value, bool) {
 				ok = false
 				return
 			}
-			parsed.Insert(name, ast.NewTerm(n))
+			key, _ := name.Value.(ast.String) // a JSON object's key
+			parsed.Insert(ownTerm(key), ast.NewTerm(n))
 		})
 		return parsed, ok
 	default:

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/sar-bridge/sar-bridge/astjson"
 )
 
 // TestPodResources: amounts parsed as units.parse does, largest per resource the limit
@@ -48,5 +50,31 @@ func TestPodResources(t *testing.T) {
 				t.Errorf("PodResources =\n %v\nwant\n %v", got, want)
 			}
 		})
+	}
+}
+
+// TestDerivedValuesOwnTheirTerms: input.resources and input.tolerations share no term
+// with the decoded pod they come from. The bridge keeps them beyond the request, and one
+// term of the pod would keep its whole input alive (astjson cuts terms from shared blocks).
+func TestDerivedValuesOwnTheirTerms(t *testing.T) {
+	obj, _, err := astjson.DecodeObject([]byte(benchPod), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podTerms := map[*ast.Term]bool{}
+	ast.WalkTerms(obj, func(x *ast.Term) bool {
+		podTerms[x] = true
+		return false
+	})
+	for name, derived := range map[string]ast.Value{"resources": PodResources(obj), "tolerations": PodTolerations(obj)} {
+		ast.WalkTerms(derived, func(x *ast.Term) bool {
+			if podTerms[x] {
+				t.Errorf("input.%s holds the pod's term %v", name, x)
+			}
+			return false
+		})
+		if ast.Compare(derived, ast.Null{}) == 0 {
+			t.Errorf("input.%s is null for the bench pod", name)
+		}
 	}
 }
