@@ -56,11 +56,13 @@ func TestDecideMemo(t *testing.T) {
 		wantMemo    string
 	}{
 		{"first pod of the job", arrayJobPod(0, "1"), false, true, "miss"},
-		{"second pod", arrayJobPod(1, "1"), false, true, "hit"},
+		{"second pod: its result kept now", arrayJobPod(1, "1"), false, true, "miss"},
 		{"third pod", arrayJobPod(2, "1"), false, true, "hit"},
-		{"a pod asking more", arrayJobPod(3, "2"), false, true, "miss"},
-		{"review now denies", arrayJobPod(4, "1"), true, false, "miss"},
-		{"next pod, denied from the memo", arrayJobPod(5, "1"), false, false, "hit"},
+		{"fourth pod", arrayJobPod(3, "1"), false, true, "hit"},
+		{"a pod asking more", arrayJobPod(4, "2"), false, true, "miss"},
+		{"review now denies", arrayJobPod(5, "1"), true, false, "miss"},
+		{"next pod, denied: kept now", arrayJobPod(6, "1"), false, false, "miss"},
+		{"next pod, denied from the memo", arrayJobPod(7, "1"), false, false, "hit"},
 	}
 	for _, s := range steps {
 		if s.flipReview {

@@ -103,7 +103,11 @@ func TestDecideQuotaMemoHitReserves(t *testing.T) {
 	if allowed, reason := decideQuota(t, a, quotaPod("x")); !allowed {
 		t.Fatalf("first: %q", reason)
 	}
-	clock.Step(time.Minute) // the reservation expires; the same input again
+	clock.Step(time.Minute) // the reservation expires; the same input again (now kept)
+	if allowed, reason := decideQuota(t, a, quotaPod("x")); !allowed {
+		t.Fatalf("first retry: %q", reason)
+	}
+	clock.Step(time.Minute)
 	hits := testutil.ToFloat64(a.metrics.memo.WithLabelValues(string(policies.MemoHit)))
 	if allowed, reason := decideQuota(t, a, quotaPod("x")); !allowed {
 		t.Fatalf("retry: %q", reason)
@@ -121,19 +125,20 @@ func TestDecideQuotaMemoHitReserves(t *testing.T) {
 // null.
 func TestDecideWithoutQuotaKeepsInput(t *testing.T) {
 	a, _, _ := newQuotaAuthorizer(t, `{"interlink": {"quotas": {"tenant-b": {"pods": 0}}}}`, 5)
-	for i := range 3 {
+	for i := range 4 {
 		in := json.RawMessage(arrayJobPod(i, "1"))
-		if i == 2 {
-			in = json.RawMessage(strings.Replace(string(in), `"operation"`, `"quota": {"tenant": {}}, "operation"`, 1))
+		if i == 3 {
+			in = json.RawMessage(strings.Replace(string(in), `{"pod"`, `{"quota": {"tenant": {}}, "pod"`, 1))
 		}
 		d, err := a.Decide(context.Background(), decisionPath, in)
 		if err != nil || jsonOf(d.Result).(map[string]any)["allowed"] != true {
 			t.Fatalf("decision %d: %v %v", i, jsonOf(d.Result), err)
 		}
 	}
-	// The third pod's input.quota, made null, reads as absent: a hit too.
-	if hits := testutil.ToFloat64(a.metrics.memo.WithLabelValues(string(policies.MemoHit))); hits != 2 {
-		t.Errorf("memo hits = %v, want 2 (every pod after the first)", hits)
+	// The third pod is a hit (the memo keeps the second's result); the fourth's
+	// input.quota, made null, is one more value the policy reads: a miss, and allowed.
+	if hits := testutil.ToFloat64(a.metrics.memo.WithLabelValues(string(policies.MemoHit))); hits != 1 {
+		t.Errorf("memo hits = %v, want 1 (the third pod)", hits)
 	}
 }
 

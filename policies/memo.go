@@ -13,8 +13,8 @@ import (
 	"github.com/sar-bridge/sar-bridge/astjson"
 )
 
-// memoSize bounds the memoised results of one Evaluator (one policy load): the pods
-// of an array job share a handful of entries, distinct specs churn through the rest.
+// memoSize bounds the memoised results of one Evaluator (one policy load), and the
+// keys it remembers without a result (see memo).
 const memoSize = 4096
 
 // Memo lets EvalValue answer from an earlier evaluation. Salt holds everything the
@@ -49,7 +49,15 @@ type Result struct {
 // memo holds results keyed by the hash of the query path, the caller's salt and the
 // values at the query's input footprint. An Evaluator is built per policy and data
 // load, so a reload starts with an empty memo.
-type memo struct{ entries *lru.Cache }
+//
+// A result is kept the second time its key is evaluated, not the first. The pods of a
+// Job or array job repeat their key at once, and distinct specs never do: keeping each
+// of theirs (some 3 kB) only grew the heap the garbage collector walks and pushed out
+// entries that do repeat.
+type memo struct {
+	entries *lru.Cache // key → memoEntry
+	seen    *lru.Cache // keys evaluated once whose results were not kept
+}
 
 type memoEntry struct {
 	value   ast.Value
@@ -57,7 +65,7 @@ type memoEntry struct {
 	expires time.Time
 }
 
-func newMemo(size int) *memo { return &memo{entries: lru.New(size)} }
+func newMemo(size int) *memo { return &memo{entries: lru.New(size), seen: lru.New(size)} }
 
 func (m *memo) get(key [sha256.Size]byte, now time.Time) (memoEntry, bool) {
 	v, ok := m.entries.Get(key)
@@ -72,7 +80,15 @@ func (m *memo) get(key [sha256.Size]byte, now time.Time) (memoEntry, bool) {
 	return e, true
 }
 
-func (m *memo) add(key [sha256.Size]byte, e memoEntry) { m.entries.Add(key, e) }
+// add keeps e when key was evaluated before, and otherwise remembers that it was.
+func (m *memo) add(key [sha256.Size]byte, e memoEntry) {
+	if _, again := m.seen.Get(key); !again {
+		m.seen.Add(key, struct{}{})
+		return
+	}
+	m.seen.Remove(key)
+	m.entries.Add(key, e)
+}
 
 // keyBuffers recycles the buffers memo keys are encoded into before hashing.
 var keyBuffers = sync.Pool{New: func() any { return new([]byte) }}

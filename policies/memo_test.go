@@ -120,6 +120,7 @@ d := {"name": input.pod.metadata.name, "sa": object.get(input.pod.spec, "service
 		name2 string // the result's name
 	}{
 		{"first", `{"pod": {"metadata": {"name": "a", "uid": "1"}, "spec": {}}}`, memo, MemoMiss, "a"},
+		{"first again: now kept", `{"pod": {"metadata": {"name": "a", "uid": "1"}, "spec": {}}}`, memo, MemoMiss, "a"},
 		{"same read fields, other uid", `{"pod": {"metadata": {"name": "a", "uid": "2"}, "spec": {}}}`, memo, MemoHit, "a"},
 		{"another name", `{"pod": {"metadata": {"name": "b", "uid": "3"}, "spec": {}}}`, memo, MemoMiss, "b"},
 		{"the first name again", `{"pod": {"metadata": {"name": "a"}, "spec": {}}}`, memo, MemoHit, "a"},
@@ -138,6 +139,30 @@ d := {"name": input.pod.metadata.name, "sa": object.get(input.pod.spec, "service
 	}
 }
 
+// TestMemoKeepsRepeatedKeys: a result is kept the second time its key is evaluated, so
+// inputs that never repeat leave no entry behind.
+func TestMemoKeepsRepeatedKeys(t *testing.T) {
+	e := memoEvaluator(t, "package m\nd := input.a\n")
+	ctx := context.Background()
+	memo := Memo{Salt: []byte{}, Expires: time.Now().Add(time.Minute)}
+	for i := range 100 {
+		if r, err := e.EvalValue(ctx, []string{"m", "d"}, value(t, fmt.Sprintf(`{"a": %d}`, i)), memo); err != nil || r.Memo != MemoMiss {
+			t.Fatalf("input %d: %s, %v; want a miss", i, r.Memo, err)
+		}
+	}
+	if n := e.memo.entries.Len(); n != 0 {
+		t.Fatalf("100 distinct inputs left %d results in the memo, want 0", n)
+	}
+	for i, want := range []MemoOutcome{MemoMiss, MemoHit, MemoHit} {
+		if r, err := e.EvalValue(ctx, []string{"m", "d"}, value(t, `{"a": 7}`), memo); err != nil || r.Memo != want {
+			t.Fatalf("input 7, evaluation %d after the first: %s, %v; want %s", i+1, r.Memo, err, want)
+		}
+	}
+	if n := e.memo.entries.Len(); n != 1 {
+		t.Fatalf("the memo holds %d results, want 1 (the input evaluated twice)", n)
+	}
+}
+
 func TestMemoExpires(t *testing.T) {
 	e := memoEvaluator(t, "package m\nd := input.a\n")
 	ctx := context.Background()
@@ -148,7 +173,8 @@ func TestMemoExpires(t *testing.T) {
 		want    MemoOutcome
 	}{
 		{"already expired: not stored", time.Now().Add(-time.Second), MemoMiss},
-		{"stored", time.Now().Add(50 * time.Millisecond), MemoMiss},
+		{"evaluated once: not stored", time.Now().Add(time.Minute), MemoMiss},
+		{"again: stored", time.Now().Add(50 * time.Millisecond), MemoMiss},
 		{"reused", time.Now().Add(time.Minute), MemoHit},
 	} {
 		r, err := e.EvalValue(ctx, []string{"m", "d"}, in, Memo{Salt: []byte{}, Expires: tt.expires})

@@ -10,7 +10,7 @@ import (
 const memoTotal = "sar_bridge_decision_memo_total"
 
 // TestDecisionMemoFollowsRBAC: the pods of one array job share a policy evaluation
-// (memo hits), and a RoleBinding removed still denies the next decision once the
+// (memo hits from the third pod on), and a RoleBinding removed still denies the next decision once the
 // allowing review has expired: the memo never outlives the review it used.
 func TestDecisionMemoFollowsRBAC(t *testing.T) {
 	const allowedTTL = 3 * time.Second
@@ -29,8 +29,15 @@ func TestDecisionMemoFollowsRBAC(t *testing.T) {
 	}); !ok {
 		t.Fatalf("RoleBinding created: not allowed after %s", took)
 	}
+	// The memo keeps a result the second time its key is evaluated: from the third pod on,
+	// every pod of the job is a hit.
+	misses := metric(t, b, memoTotal, map[string]string{"result": "miss"})
+	decide(t, b, arrayPod(1), granted)
+	if got := metric(t, b, memoTotal, map[string]string{"result": "miss"}); got != misses+1 {
+		t.Fatalf("pod 1 of the array job: %s{result=\"miss\"} %v -> %v, want +1", memoTotal, misses, got)
+	}
 	ids := map[string]bool{}
-	for i := 1; i <= 5; i++ {
+	for i := 2; i <= 6; i++ {
 		hits := metric(t, b, memoTotal, map[string]string{"result": "hit"})
 		r := decide(t, b, arrayPod(i), granted)
 		if got := metric(t, b, memoTotal, map[string]string{"result": "hit"}); got != hits+1 {
