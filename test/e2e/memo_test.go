@@ -10,8 +10,9 @@ import (
 const memoTotal = "sar_bridge_decision_memo_total"
 
 // TestDecisionMemoFollowsRBAC: the pods of one array job share a policy evaluation
-// (memo hits from the third pod on), and a RoleBinding removed still denies the next decision once the
-// allowing review has expired: the memo never outlives the review it used.
+// (memo hits from the third pod on), and a RoleBinding removed still denies the next
+// decision once the allowing review has expired: the memo never outlives the review it
+// used.
 func TestDecisionMemoFollowsRBAC(t *testing.T) {
 	const allowedTTL = 3 * time.Second
 	b := newBridge(t, "--cache.allowed-ttl=3s", "--cache.denied-ttl=1s")
