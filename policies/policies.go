@@ -330,6 +330,12 @@ func (e *Evaluator) prepare(_ context.Context, path []string) (*preparedQuery, e
 	if len(path) == 0 {
 		return nil, errors.New("policy path is empty")
 	}
+	// Looked up first: a hit (every decision but the first) builds nothing
+	// else. Only valid paths are ever cached.
+	key := cacheKey(path)
+	if p, ok := e.prepared.Get(key); ok {
+		return p.(*preparedQuery), nil
+	}
 	ref := make(ast.Ref, 0, len(path)+1)
 	ref = append(ref, ast.DefaultRootDocument)
 	for i, seg := range path {
@@ -338,10 +344,6 @@ func (e *Evaluator) prepare(_ context.Context, path []string) (*preparedQuery, e
 		}
 		// String terms, never parsed text: a segment cannot inject Rego.
 		ref = append(ref, ast.StringTerm(seg))
-	}
-	key := cacheKey(path)
-	if p, ok := e.prepared.Get(key); ok {
-		return p.(*preparedQuery), nil
 	}
 	query := ast.NewBody(ast.Equality.Expr(ast.NewTerm(resultVar), ast.NewTerm(ref)))
 	body, err := e.compiler.QueryCompiler().Compile(query)
@@ -380,6 +382,11 @@ func staticallyUndefined(err error) bool {
 // cacheKey length-prefixes segments so distinct paths never collide.
 func cacheKey(path []string) string {
 	var b strings.Builder
+	n := 0
+	for _, s := range path {
+		n += len(s) + 4 // a length of up to 3 digits, and ':'
+	}
+	b.Grow(n)
 	for _, s := range path {
 		b.WriteString(strconv.Itoa(len(s)))
 		b.WriteByte(':')

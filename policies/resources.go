@@ -2,6 +2,7 @@ package policies
 
 import (
 	"regexp"
+	"slices"
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -13,12 +14,14 @@ import (
 // (a regex.match and a units.parse each, most of the default policy's cost before):
 //
 //	{"containers": [{"name": name, "limits": {res: number}, "requests": {res: number}}, ...],
-//	 "largest": {res: number}}
+//	 "largest": {res: number}, "unlimited": [name, ...]}
 //
 // containers has one entry per container then per init container, in input.pod's order
 // (name is the container's name when it is a string, else "");
 // largest is, per resource, the largest amount one container sets: its limit, or its
-// request where it sets no limit (what per-container caps compare against). Each number
+// request where it sets no limit (what per-container caps compare against); unlimited
+// names, once each and in that order, the containers with a non-empty string name that
+// set no limit (limits absent, null or {}: what default limits apply to). Each number
 // is what units.parse gives for the amount, and it is there only when the amount is a
 // string of the quantity grammar the default policy accepts; when any amount is not,
 // input.resources is null and policies read input.pod themselves.
@@ -35,6 +38,7 @@ var (
 	nameKey                   = ast.StringTerm("name")
 	limitsKey, requestsKey    = ast.StringTerm("limits"), ast.StringTerm("requests")
 	containersKey, largestKey = ast.StringTerm("containers"), ast.StringTerm("largest")
+	unlimitedKey              = ast.StringTerm("unlimited")
 	containerLists            = []*ast.Term{containersKey, ast.StringTerm("initContainers")}
 )
 
@@ -62,6 +66,7 @@ func PodResources(pod ast.Value) ast.Value {
 	}
 	containers := make([]*ast.Term, 0, 2)
 	largest := ast.NewObject()
+	var unlimited []*ast.Term
 	for _, list := range containerLists {
 		if spec == nil {
 			break
@@ -81,11 +86,15 @@ func PodResources(pod ast.Value) ast.Value {
 			}
 			containers = append(containers, ast.NewTerm(c))
 			keepLargest(largest, c)
+			if name := c.Get(nameKey); name.Value.(ast.String) != "" && c.Get(limitsKey).Value.(ast.Object).Len() == 0 && !slices.ContainsFunc(unlimited, name.Equal) {
+				unlimited = append(unlimited, name)
+			}
 		}
 	}
 	return ast.NewObject(
 		[2]*ast.Term{containersKey, ast.ArrayTerm(containers...)},
 		[2]*ast.Term{largestKey, ast.NewTerm(largest)},
+		[2]*ast.Term{unlimitedKey, ast.ArrayTerm(unlimited...)},
 	)
 }
 

@@ -66,7 +66,8 @@ decision := {
 	# input (README, "Writing policies"): input.resources (null when an
 	# amount is not a quantity string of the grammar below), where
 	# largest[res] is the largest limit of res, or request where a container
-	# sets no limit, of any container, parsed as units.parse does; and
+	# sets no limit, of any container, parsed as units.parse does, and
+	# unlimited the names of the containers that set no limit; and
 	# input.tolerations, the pod's tolerations by key as the general rules
 	# read them (null when they are not a list).
 	input.operation == "create"
@@ -78,7 +79,7 @@ decision := {
 	user := input.subject.username # any other than a string named user: "*"
 	groups := input.subject.groups
 	is_array(groups)
-	profile := fast.profiles[object.get(fast.users, user, "*")][json.marshal(object.filter(fast.groups, groups))]
+	profile := fast.profiles[object.get(fast.users, user, "*")][concat("", {fast.groups[g] | some g in groups})]
 	tenant := input.tenant
 	is_string(tenant)
 
@@ -121,12 +122,10 @@ decision := {
 		p := input.namespace.labels["interlink.io/billing-project"]
 		is_string(p)
 	}
+	unlimited := input.resources.unlimited
 	defaults := {name: d |
 		d := fast.default_limits
-		some a in input.resources.containers
-		a.limits == {} # absent, null or {}: amounts are never null
-		name := a.name # a string name, else ""
-		name != ""
+		some name in unlimited
 	}
 } else := {
 	"allowed": allow,
@@ -174,7 +173,7 @@ _static := s if {
 # fast path is taken only where they were precomputed).
 _precompute := object.union(_pre_general, {"fast": object.union(
 	{
-		"groups": {g: true | some g in _pre_named_groups},
+		"groups": _pre_group_codes,
 		"users": {u: concat("", ["user:", u]) | some u in _pre_named_users},
 		"profiles": _pre_profiles,
 		"protected_keys": _pre_general.protected_keys,
@@ -216,10 +215,11 @@ _pre_named_users := {u |
 	is_string(u)
 }
 
-# The profiles of subjects: {user key: {JSON of {group: true}: profile}}, by
-# "*" for a user data does not name, else "user:" and the name (at most 16
-# named users have profiles), and by the subset of named groups the
-# subject is in (every subset of up to 8 groups, else none or one):
+# The profiles of subjects: {user key: {subset key: profile}}, by "*" for a
+# user data does not name, else "user:" and the name (at most 16 named
+# users have profiles), and by the subset of named groups the subject is in
+# (every subset of up to 8 groups, else none or one; its key is
+# _pre_profile_key):
 #
 #   cpu, memory:         the subject's cap (its groups' largest), or "none"
 #   denied_annotations:  {key: true}, the restricted annotations it may
@@ -236,12 +236,20 @@ _pre_profiles := {} if {
 	_ = data.interlink.image_registries
 } else := {} if {
 	count(data.interlink.quota_limits._precompute.errors) > 0
-} else := {ukey: {json.marshal(sub): _pre_profile(user, sub) |
+} else := {ukey: {_pre_profile_key(sub): _pre_profile(user, sub) |
 	some sub in _pre_group_subsets(sort(_pre_named_groups))
 	count([1 | some g, _ in sub; _pre_cap_errors[g]]) == 0
 } |
 	some [ukey, user] in array.concat([["*", null]], [[concat("", ["user:", u]), u] | count(_pre_named_users) <= 16; some u in _pre_named_users])
 }
+
+# A named group's code, its index in sorted order and ";": codes are
+# prefix-free, so the concatenation of a subset's codes in sorted order (as
+# concat gives a set's) names that subset alone; the fast path finds a
+# subject's profile by it.
+_pre_group_codes := {g: sprintf("%d;", [i]) | some i, g in sort(_pre_named_groups)}
+
+_pre_profile_key(sub) := concat("", {_pre_group_codes[g] | some g, _ in sub})
 
 _pre_profile(user, sub) := {
 	"cpu": _pre_profile_cap(sub, "cpu"),

@@ -640,7 +640,7 @@ bridge_keyed(t) if {
 	t.key != ""
 }
 
-bridge_resources(pod) := {"containers": entries, "largest": largest} if {
+bridge_resources(pod) := {"containers": entries, "largest": largest, "unlimited": unlimited} if {
 	cs := array.concat(
 		[c | some c in object.get(pod, ["spec", "containers"], [])],
 		[c | some c in object.get(pod, ["spec", "initContainers"], [])],
@@ -651,6 +651,13 @@ bridge_resources(pod) := {"containers": entries, "largest": largest} if {
 		some e in entries
 		some res, _ in object.union(e.requests, e.limits)
 	}
+	unlimited := [name |
+		some i, e in entries
+		name := e.name
+		name != ""
+		e.limits == {}
+		not name in [n | some j, e2 in entries; j < i; e2.limits == {}; n := e2.name]
+	]
 } else := null
 
 bridge_container(c) := {"name": bridge_name(c), "limits": bridge_amounts(c, "limits"), "requests": bridge_amounts(c, "requests")}
@@ -682,6 +689,10 @@ unbridged_fast_cases := [
 	one_container({"limits": {"cpu": 2}}),
 	with_spec({"initContainers": [{"name": "setup", "resources": {"limits": {"memory": "32Gi"}}}]}),
 	with_spec({"containers": [{"name": "bare"}, {"name": "limited", "resources": {"limits": {"cpu": "1"}}}]}),
+	with_spec({
+		"containers": [{"name": "bare"}, {"name": "bare"}, {}, {"name": "empty", "resources": {"limits": {}}}],
+		"initContainers": [{"name": "bare", "resources": {"limits": null}}, {"name": "init"}],
+	}),
 	tol({"key": "hpc.example/reserved", "operator": "Equal", "value": "gpu"}),
 	tol({"key": "hpc.example/reserved", "operator": "Exists"}),
 	tol({"key": "other/taint", "operator": "Exists"}),
@@ -733,7 +744,7 @@ test_fast_path_decides_allowed_create if {
 	pre := authz._precompute with data.interlink.limits as limits
 		with data.interlink.protected_taints as protected
 		with data.interlink.default_limits as default_limits
-	every inp in [fast_cases[0], fast_cases[1], fast_cases[8], fast_cases[9], fast_cases[14], fast_cases[20]] {
+	every inp in [fast_cases[0], fast_cases[1], fast_cases[8], fast_cases[9], fast_cases[10], fast_cases[15], fast_cases[21]] {
 		d := authz.decision with input as inp
 			with data.interlink.limits as limits
 			with data.interlink.protected_taints as protected
@@ -751,44 +762,69 @@ test_general_rules_without_precomputed if {
 	d.allowed == "general rules"
 }
 
+# A subject's profile key, as the fast path finds it: the codes of its
+# named groups, in any order and with repeats.
+profile_key(pre, groups) := concat("", {pre.fast.groups[g] | some g in groups})
+
+# Named groups have prefix-free codes in sorted order; a subset's key is its
+# codes in sorted order, whatever order and repeats the subject's groups
+# come in, and groups data does not name add nothing.
+test_precompute_group_codes if {
+	pre := authz._precompute with data.interlink.limits as limits
+		with data.interlink.protected_taints as protected
+	pre.fast.groups == {"gpu-users": "0;", "some-other-group": "1;", "system:authenticated": "2;", team_group: "3;"}
+	profile_key(pre, [team_group, "unnamed", "gpu-users", team_group]) == "0;3;"
+	profile_key(pre, ["gpu-users", team_group]) == "0;3;"
+	profile_key(pre, ["unnamed"]) == ""
+
+	# A profile for each of the 16 subsets, under its key.
+	{key | some key, _ in pre.fast.profiles["*"]} == {concat("", {code |
+		some i, code in ["0;", "1;", "2;", "3;"]
+		bits.and(mask, bits.lsh(1, i)) != 0
+	}) |
+		some mask in numbers.range(0, 15)
+	}
+}
+
 test_precompute_caps_ranked if {
 	pre := authz._precompute with data.interlink.limits as limits
 	[c.raw | some c in pre.caps.cpu] == ["100", "4", "2000m"]
 	[c.raw | some c in pre.caps.memory] == ["1Ti", "16384Mi", "8Gi"]
 
 	# The subject of base is in two capped groups: the larger cap of each wins.
-	key := json.marshal({team_group: true, "system:authenticated": true})
+	key := profile_key(pre, ["system:authenticated", team_group, team_group])
 	pre.fast.profiles["*"][key].cpu == 4
 	pre.fast.profiles["*"][key].memory == 17179869184
 
 	# In no capped group, no cap: "none" sorts after every number.
-	pre.fast.profiles["*"]["{}"].cpu == "none"
+	pre.fast.profiles["*"][""].cpu == "none"
 }
 
 test_precompute_mistyped_cap_not_tabulated if {
 	pre := authz._precompute with data.interlink.limits as {team_group: {"cpu": "four"}, "system:authenticated": {"cpu": "2"}}
 	pre.cap_errors == {team_group: ["invalid cpu cap four configured for group \"system:serviceaccounts:team-a\""]}
-	not pre.fast.profiles["*"][json.marshal({team_group: true})]
-	not pre.fast.profiles["*"][json.marshal({team_group: true, "system:authenticated": true})]
-	pre.fast.profiles["*"][json.marshal({"system:authenticated": true})].cpu == 2
+	pre.fast.groups[team_group] # named, so the keys below are defined
+	not pre.fast.profiles["*"][profile_key(pre, [team_group])]
+	not pre.fast.profiles["*"][profile_key(pre, [team_group, "system:authenticated"])]
+	pre.fast.profiles["*"][profile_key(pre, ["system:authenticated"])].cpu == 2
 }
 
 # A user data names has profiles of its own; others share "*".
 test_precompute_profiles_by_user if {
 	pre := authz._precompute with data.interlink.protected_taints as protected
 	pre.fast.users == {sa: concat("", ["user:", sa])}
-	pre.fast.profiles["*"]["{}"].denied_tolerations == {"hpc.example/reserved": {"gpu": true}}
-	pre.fast.profiles["*"][json.marshal({"gpu-users": true})].denied_tolerations == {}
-	pre.fast.profiles[concat("", ["user:", sa])]["{}"].denied_tolerations == {}
+	pre.fast.profiles["*"][""].denied_tolerations == {"hpc.example/reserved": {"gpu": true}}
+	pre.fast.profiles["*"][profile_key(pre, ["gpu-users"])].denied_tolerations == {}
+	pre.fast.profiles[concat("", ["user:", sa])][""].denied_tolerations == {}
 }
 
 # Restricted annotations: nobody may use them unless data says who.
 test_precompute_profiles_annotations if {
 	pre := authz._precompute
-	pre.fast.profiles["*"]["{}"].denied_annotations == {"slurm-job.vk.io/flags": true, "slurm-job.vk.io/pre-exec": true}
+	pre.fast.profiles["*"][""].denied_annotations == {"slurm-job.vk.io/flags": true, "slurm-job.vk.io/pre-exec": true}
 	opened := authz._precompute with data.interlink.restricted_annotations as {"slurm-job.vk.io/flags": {"groups": [team_group]}}
-	opened.fast.profiles["*"][json.marshal({team_group: true})].denied_annotations == {"slurm-job.vk.io/pre-exec": true}
-	opened.fast.profiles["*"]["{}"].denied_annotations == {"slurm-job.vk.io/flags": true, "slurm-job.vk.io/pre-exec": true}
+	opened.fast.profiles["*"][profile_key(opened, [team_group])].denied_annotations == {"slurm-job.vk.io/pre-exec": true}
+	opened.fast.profiles["*"][""].denied_annotations == {"slurm-job.vk.io/flags": true, "slurm-job.vk.io/pre-exec": true}
 }
 
 # Where rule 6 or 7 applies to every pod, there is no profile, so no fast path.

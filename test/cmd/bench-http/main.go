@@ -307,8 +307,9 @@ func podResources(workload string) map[string]any {
 	}
 	amounts := map[string]any{"cpu": 0.5, "memory": memory}
 	return map[string]any{
-		"containers": []any{map[string]any{"limits": map[string]any{}, "requests": amounts}},
+		"containers": []any{map[string]any{"name": "main", "limits": map[string]any{}, "requests": amounts}},
 		"largest":    amounts,
+		"unlimited":  []any{"main"},
 	}
 }
 
