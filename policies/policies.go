@@ -56,6 +56,7 @@ type Options struct {
 type Evaluator struct {
 	compiler *ast.Compiler
 	store    storage.Store
+	base     fixedData  // the store's data, read once (it is never written after New)
 	prepared *lru.Cache // cacheKey(path) → *preparedQuery, nil when statically undefined
 	memo     *memo
 	builtins map[string]*topdown.Builtin // the cluster built-ins (cluster.go)
@@ -161,9 +162,14 @@ func (s snapshot) build() (*Evaluator, error) {
 	if err := precompute(context.Background(), compiler, store); err != nil {
 		return nil, err
 	}
+	base, err := readFixedData(context.Background(), store)
+	if err != nil {
+		return nil, err
+	}
 	return &Evaluator{
 		compiler: compiler,
 		store:    store,
+		base:     base,
 		prepared: lru.New(cacheSize),
 		memo:     newMemo(memoSize),
 		builtins: clusterFuncs(s.cluster),
@@ -294,6 +300,7 @@ func (e *Evaluator) evalQuery(ctx context.Context, path []string, p *preparedQue
 		WithCompiler(e.compiler).
 		WithStore(e.store).
 		WithTransaction(txn).
+		WithBaseCache(e.base).
 		WithBuiltins(e.builtins).
 		WithMetrics(metrics.NoOp()) // nothing reads them; a fresh set costs allocations
 	if input != nil {
