@@ -12,9 +12,9 @@ import (
 // answers reads of data from the store's whole document, read once after New wrote the
 // precomputed documents, for the store is never written again. OPA's own cache would
 // read each document from the store and file it in a trie of its own on every
-// evaluation: for the default policy's one read of its precomputed tables, about 25
-// allocations and a tenth of its cost (issue 19). Reads it cannot answer fall through to
-// the store, as with OPA's cache.
+// evaluation: for the default policy's one read of its precomputed tables, 25 of its 201
+// allocations and about 6 % of its time (issue 19). Reads it cannot answer fall through
+// to the store, as with OPA's cache.
 type fixedData struct {
 	root ast.Object
 }
