@@ -86,9 +86,7 @@ func PodResources(pod ast.Value) ast.Value {
 			}
 			containers = append(containers, ast.NewTerm(c))
 			keepLargest(largest, c)
-			if name := c.Get(nameKey); name.Value.(ast.String) != "" && c.Get(limitsKey).Value.(ast.Object).Len() == 0 && !slices.ContainsFunc(unlimited, name.Equal) {
-				unlimited = append(unlimited, name)
-			}
+			unlimited = appendUnlimited(unlimited, c)
 		}
 	}
 	return ast.NewObject(
@@ -96,6 +94,16 @@ func PodResources(pod ast.Value) ast.Value {
 		[2]*ast.Term{largestKey, ast.NewTerm(largest)},
 		[2]*ast.Term{unlimitedKey, ast.ArrayTerm(unlimited...)},
 	)
+}
+
+// appendUnlimited adds a container's name to unlimited when the name is not empty, the
+// container sets no limit and the name is not there yet.
+func appendUnlimited(unlimited []*ast.Term, container ast.Object) []*ast.Term {
+	name := container.Get(nameKey)
+	if name.Value.(ast.String) == "" || container.Get(limitsKey).Value.(ast.Object).Len() > 0 || slices.ContainsFunc(unlimited, name.Equal) {
+		return unlimited
+	}
+	return append(unlimited, name)
 }
 
 // podSpec is pod.spec, nil when absent; false when the pod or its spec is not an
