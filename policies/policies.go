@@ -60,6 +60,8 @@ type Evaluator struct {
 	prepared *lru.Cache // cacheKey(path) → *preparedQuery, nil when statically undefined
 	memo     *memo
 	builtins map[string]*topdown.Builtin // the cluster built-ins (cluster.go)
+	// fastPathOff says why the default policy's fast path is off ("" when on; fastpath.go).
+	fastPathOff string
 }
 
 // DefaultModules returns the embedded policy sources (tests excluded),
@@ -162,17 +164,22 @@ func (s snapshot) build() (*Evaluator, error) {
 	if err := precompute(context.Background(), compiler, store); err != nil {
 		return nil, err
 	}
+	fastPathOff, err := gateFastPath(context.Background(), compiler, store)
+	if err != nil {
+		return nil, err
+	}
 	base, err := readFixedData(context.Background(), store)
 	if err != nil {
 		return nil, err
 	}
 	return &Evaluator{
-		compiler: compiler,
-		store:    store,
-		base:     base,
-		prepared: lru.New(cacheSize),
-		memo:     newMemo(memoSize),
-		builtins: clusterFuncs(s.cluster),
+		compiler:    compiler,
+		store:       store,
+		base:        base,
+		prepared:    lru.New(cacheSize),
+		memo:        newMemo(memoSize),
+		builtins:    clusterFuncs(s.cluster),
+		fastPathOff: fastPathOff,
 	}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -82,6 +83,12 @@ func NewReloader(ctx context.Context, opts ReloaderOptions) (*Reloader, error) {
 			ev, err := snap.build()
 			if err != nil {
 				return nil, err
+			}
+			if off := ev.FastPathOff(); off != "" && opts.Logger != nil {
+				// Not an error: the general rules decide, as fast as a policy without
+				// the fast path; the line says how to keep it.
+				_ = level.Info(opts.Logger).Log("component", "policy-reloader", "msg",
+					"the default policy's fast path is off: decisions take the general rules; put site rules in package interlink.site.<name> to keep it", "why", off)
 			}
 			if serving != nil {
 				if err := verify(ctx, serving.guarded, ev); err != nil {

@@ -37,6 +37,11 @@
 #     any rule looks at them, and tolerations to the ones of a protected key.
 #   - Rules that apply to creates test `input.operation == "create"` first,
 #     so OPA's rule index skips them all for delete and status.
+#   - The fast path's proof holds for these rules only: sar-bridge keeps its
+#     tables (data.sar_bridge.precomputed.interlink.authz.fast) only when
+#     every rule decision can reach is embedded or in an extension package
+#     (interlink.site.<name>, rule 8, which the fast path evaluates), and
+#     drops them at load otherwise (policies/fastpath.go).
 package interlink.authz
 
 # ---------------------------------------------------------------------------
@@ -45,10 +50,11 @@ package interlink.authz
 
 default allow := false
 
-# deny is exactly violations when the review allowed.
+# Allowed when nothing denies: the review allowed and no rule, the embedded
+# ones or a site's, added a message to deny (through violations or directly).
 allow if {
 	_review_allowed
-	count(violations) == 0
+	count(deny) == 0
 }
 
 # The common case, an allowed create, in one body (the fast path, see the
@@ -117,11 +123,19 @@ decision := {
 	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/flags"]; profile.denied_annotations["slurm-job.vk.io/flags"]] == []
 	not fast.quota_tenants[tenant]
 
+	# Rule 8: the site's extension packages, evaluated rather than proved
+	# silent (sar-bridge keeps the fast path's tables only when every other
+	# rule decision can reach is embedded: policies/fastpath.go).
+	[1 | some name; _ = data.interlink.site[name].violations[_]] == []
+
 	# Rule 5, as _pod_annotations and _resource_limits.
-	annotations := {"interlink.io/billing-project": p |
-		p := input.namespace.labels["interlink.io/billing-project"]
-		is_string(p)
-	}
+	annotations := object.union(
+		{"interlink.io/billing-project": p |
+			p := input.namespace.labels["interlink.io/billing-project"]
+			is_string(p)
+		},
+		_site_pod_annotations,
+	)
 	unlimited := input.resources.unlimited
 	defaults := {name: d |
 		d := fast.default_limits
@@ -138,7 +152,7 @@ decision := {
 # policy's own messages in a stable order.
 reason := _review_reason if {
 	allow
-} else := concat("; ", array.concat(_review_part, [m | some m in sort(violations); not m in _review_part]))
+} else := concat("; ", array.concat(_review_part, [m | some m in sort(deny); not m in _review_part]))
 
 # All deny messages: the review refusal plus every policy violation.
 deny contains msg if {
@@ -645,11 +659,37 @@ violations contains msg if {
 	some msg in _quota_violations
 }
 
+# Rule 8: a site's own rules, in extension packages (README, "Writing
+# policies"): package interlink.site.<name> may define violations (a set of
+# messages, each refusing the pod) and pod_annotations (an object merged into
+# modifications.pod_annotations). The fast path evaluates them too, so they
+# keep it; rules added to this package instead turn it off (still counted).
+violations contains msg if {
+	some name
+	some m in data.interlink.site[name].violations
+	msg := _message(m)
+}
+
+# A message as text: a site's message that is not a string still refuses.
+_message(m) := m if is_string(m)
+
+else := sprintf("%v", [m])
+
+# The site's annotations; two sites setting one key to different values is an
+# evaluation error (no decision, never an allow).
+_site_pod_annotations := {k: v |
+	some name
+	some k, v in data.interlink.site[name].pod_annotations
+}
+
 # ---------------------------------------------------------------------------
 # Modifications (rule 5)
 # ---------------------------------------------------------------------------
 
-_pod_annotations := {"interlink.io/billing-project": v} if {
+# The billing project, then the site's annotations (which win on a shared key).
+_pod_annotations := object.union(_billing_annotation, _site_pod_annotations)
+
+_billing_annotation := {"interlink.io/billing-project": v} if {
 	v := input.namespace.labels["interlink.io/billing-project"]
 	is_string(v)
 } else := {}

@@ -858,3 +858,56 @@ test_fast_path_needs_bridged_input if {
 		d.allowed == "general rules"
 	}
 }
+
+# ---------------------------------------------------------------------------
+# Rule 8: a site's extension packages (data.interlink.site.<name>)
+# ---------------------------------------------------------------------------
+
+sites := {
+	"gpu": {"violations": {"gpu pods need a project"}, "pod_annotations": {"example.org/a": "1"}},
+	"audit": {"violations": [], "pod_annotations": {"example.org/b": "2", "interlink.io/billing-project": "site"}},
+}
+
+# A site's violation refuses the pod, the fast path's domain included, and
+# its message is the reason.
+test_site_violations_refuse if {
+	pre := authz._precompute
+	every precomputed in [{}, {"interlink": {"authz": pre}}] {
+		d := authz.decision with input as base
+			with data.interlink.site as sites
+			with data.sar_bridge.precomputed as precomputed
+		d.allowed == false
+		d.reason == "gpu pods need a project"
+	}
+}
+
+# A message that is not a string still refuses, shown as text.
+test_site_violation_not_a_string if {
+	d := authz.decision with input as base with data.interlink.site as {"x": {"violations": [7]}}
+	d.allowed == false
+	d.reason == "7"
+}
+
+# Sites' annotations join the modifications, over the billing project, on
+# both paths; with no site violation the fast path still decides.
+test_site_pod_annotations if {
+	pre := authz._precompute
+	inp := object.union(fast_cases[0], {"namespace": {"labels": {"interlink.io/billing-project": "proj-42"}}})
+	no_violations := {"gpu": {"pod_annotations": sites.gpu.pod_annotations}, "audit": sites.audit}
+	want := {"example.org/a": "1", "example.org/b": "2", "interlink.io/billing-project": "site"}
+	fast := authz.decision with input as inp
+		with data.interlink.site as no_violations
+		with data.sar_bridge.precomputed.interlink.authz as pre
+		with authz.allow as "general rules"
+	fast.allowed == true
+	fast.modifications.pod_annotations == want
+	general := authz.decision with input as inp with data.interlink.site as no_violations
+	general.modifications.pod_annotations == want
+}
+
+# A site's deny message counts as a violation does.
+test_deny_counts if {
+	d := authz.decision with input as base with authz.deny as {"site deny"}
+	d.allowed == false
+	d.reason == "site deny"
+}
