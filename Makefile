@@ -82,7 +82,7 @@ test: lint unit image-test chart-test e2e ## Unit tests, the image, then end-to-
 
 unit: deps ## Unit tests (with the race detector), Rego tests and fuzz seed corpora included, then a short fuzz run.
 	$(GO) test -race -count=1 ./...
-	$(MAKE) --no-print-directory fuzz FUZZTIME=5000x
+	$(MAKE) --no-print-directory fuzz FUZZTIME=5000x FUZZTIME_LARGE=50x
 
 e2e: build deps controlplane helm ## End-to-end tests: real kube-apiserver, etcd, memcached, kubectl and the binary.
 	cd test && SAR_BRIDGE_BINARY=$(CURDIR)/$(BIN) SAR_BRIDGE_CONTROLPLANE_BIN=$(CACHE_DIR)/bin \
@@ -121,11 +121,14 @@ rego-test: ## The Rego tests under the opa CLI itself (the version go.mod pins).
 # Budgets are counts of executions, not durations: Go 1.26's fuzz coordinator can fail a
 # duration-bound run with a spurious "context deadline exceeded" (golang/go#75804).
 FUZZTIME ?= 300000x
-fuzz: ## Fuzz request decoding and the decision pipeline, $(FUZZTIME) executions per target.
+# Pods up to the largest Kubernetes stores take up to a second each.
+FUZZTIME_LARGE ?= 2000x
+fuzz: ## Fuzz request decoding and the decision pipeline, $(FUZZTIME) executions per target ($(FUZZTIME_LARGE) of the largest pods).
 	$(GO) test -run '^$$' -fuzz '^FuzzDataAPI$$' -fuzztime $(FUZZTIME) ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./authorizer/
 	$(GO) test -run '^$$' -fuzz '^FuzzAllowAllReviewer$$' -fuzztime $(FUZZTIME) ./authorizer/
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./strictjson/
+	$(GO) test -run '^$$' -fuzz '^FuzzLargePods$$' -fuzztime $(FUZZTIME_LARGE) ./authorizer/
 
 clean: ## Remove built binaries and local run state (not the control-plane cache).
 	rm -rf bin test/bin .cache

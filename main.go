@@ -11,11 +11,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"syscall"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +50,7 @@ func main() {
 	}
 	o.complete()
 	tuneGC()
+	tuneMemoryLimit(logger)
 	if err := run(o, logger); err != nil {
 		level.Error(logger).Log("msg", "exiting", "err", err)
 		os.Exit(1)
@@ -57,13 +60,38 @@ func main() {
 // gcPercent is the heap growth between collections the server runs with unless GOGC
 // says otherwise: a decision allocates much that dies at once against a small live
 // heap, so collecting at 5x the live heap rather than 2x saves a good part of the CPU.
-// GOMEMLIMIT (the manifests set it to the container's memory limit) bounds the heap.
+// The memory limit (tuneMemoryLimit) bounds the heap.
 const gcPercent = 400
+
+// memoryLimitRatio is the share of the container's memory limit (its cgroup's, read
+// with automemlimit) the Go runtime aims to stay under, unless GOMEMLIMIT is set: with
+// gcPercent the heap grows up to it, and the rest is for the binary's pages and what
+// the runtime does not count (issue 31: at the whole limit, a stream of the largest pods
+// took the process 30 MiB over it).
+const memoryLimitRatio = 0.8
 
 func tuneGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
+}
+
+func tuneMemoryLimit(logger log.Logger) {
+	limit, err := memlimit.Set(memlimit.WithRatio(memoryLimitRatio), memlimit.WithProvider(memlimit.FromCgroup))
+	if err != nil {
+		level.Warn(logger).Log("msg", "no memory limit read from the cgroup; set GOMEMLIMIT", "err", err)
+		return
+	}
+	if limit != math.MaxInt64 {
+		level.Info(logger).Log("msg", "Go memory limit", "bytes", limit, "from", memoryLimitSource())
+	}
+}
+
+func memoryLimitSource() string {
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+		return "GOMEMLIMIT"
+	}
+	return fmt.Sprintf("%.0f%% of the cgroup's limit", memoryLimitRatio*100)
 }
 
 // run builds the server's components and serves until SIGINT or SIGTERM.

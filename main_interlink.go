@@ -101,14 +101,7 @@ func startInterlink(ctx context.Context, g *errgroup.Group, o serveOptions, deci
 	if err != nil {
 		return fmt.Errorf("--interlink.listen %s: %w", c.listen, err)
 	}
-	srv := &http.Server{
-		Handler:           relay,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       c.readTimeout,
-		// No WriteTimeout: /getLogs with Follow streams for as long as interLink reads.
-		IdleTimeout:    2 * time.Minute,
-		MaxHeaderBytes: 64 << 10,
-	}
+	srv := relay.Server(c.readTimeout)
 	level.Info(logger).Log("msg", "interLink relay", "listen", c.address, "plugin", c.plugin, "decision_path", c.decisionPath)
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -32,6 +32,10 @@ func helmPostRender(args []string, stdin io.Reader, stdout, stderr io.Writer) in
 	fs.StringVar(&o.PluginURL, "plugin-url", "", "The real plugin (http://host:port or unix:///path). Empty: the SidecarURL/SidecarPort interLink is configured with.")
 	fs.StringArrayVar(&o.Args, "bridge-arg", nil, "A flag for the bridge container, e.g. --bridge-arg=--openshift.mappings=team-a=interlink.io (repeatable).")
 	fs.BoolVar(&o.RBAC, "rbac", true, "Add the bridge's ClusterRole, bound to the pod's ServiceAccount.")
+	fs.BoolVar(&o.NetworkPolicy, "network-policy", true, "Add a NetworkPolicy \"sar-bridge-<deployment>\" that admits to interLink's pod only the Virtual Kubelet's port (KUBELET_PORT) and the ports Services of the chart target on it: "+
+		"a plugin on TCP, interLink's API and the bridge's ports answer only the pod itself (and its node, for probes). It takes effect only where the CNI enforces NetworkPolicy. "+
+		"Off, a plugin listening on TCP can be called by any pod on the pod's IP, around the bridge.")
+	fs.BoolVar(&o.AllowUnprotectedPlugin, "insecure-allow-unprotected-plugin", false, "With --network-policy=false, render a plugin on TCP in the pod (http://localhost:PORT) anyway, e.g. where a NetworkPolicy of your own admits only the Virtual Kubelet's port.")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: helm install ... --post-renderer sar-bridge --post-renderer-args helm-postrender [--post-renderer-args FLAG ...]\n\n")
 		fs.PrintDefaults()

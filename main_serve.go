@@ -27,6 +27,7 @@ import (
 type webOptions struct {
 	listen          string
 	internalListen  string
+	enablePprof     bool
 	maxBodyBytes    int64
 	requestTimeout  time.Duration
 	shutdown        time.Duration
@@ -36,7 +37,8 @@ type webOptions struct {
 
 func (o *webOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.listen, "web.listen", ":8080", "Address of the public listener (OPA Data API, /health).")
-	fs.StringVar(&o.internalListen, "web.internal.listen", ":8081", "Address of the internal listener (/live, /ready, /metrics, /debug/pprof/).")
+	fs.StringVar(&o.internalListen, "web.internal.listen", ":8081", "Address of the internal listener (/live, /ready, /metrics; /debug/pprof/ with --web.enable-pprof). Kubelet httpGet probes reach it on the pod's IP.")
+	fs.BoolVar(&o.enablePprof, "web.enable-pprof", false, "Serve Go's profiles at /debug/pprof/ on the internal listener. Whoever reaches that listener can then read the command line, goroutine stacks and heap profiles, and keep a CPU profile or trace running: turn it on only while profiling, with the listener on loopback or firewalled.")
 	fs.Int64Var(&o.maxBodyBytes, "web.max-body-bytes", server.DefaultMaxBodyBytes, "Largest request body accepted; larger ones get 413.")
 	fs.DurationVar(&o.shutdown, "web.shutdown-timeout", 15*time.Second, "How long in-flight requests may take to finish on SIGTERM.")
 	fs.DurationVar(&o.shutdownDelay, "web.shutdown-delay", 0, "On SIGTERM, how long /ready reports false while still serving, so load balancers stop sending first.")
@@ -100,11 +102,17 @@ func newListeners(ctx context.Context, o serveOptions, core *decisionCore, reg *
 	}
 	l.internal = &http.Server{
 		Addr:              o.web.internalListen,
-		Handler:           server.NewInternal(healthcheck(o.web.healthchecksURL, healthcheckClient), l.ready(core), reg),
+		Handler:           o.web.internalHandler(healthcheck(o.web.healthchecksURL, healthcheckClient), l.ready(core), reg),
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         internalTLS,
 	}
 	return l, nil
+}
+
+// internalHandler serves the internal listener: probes and metrics, and profiles only
+// with --web.enable-pprof.
+func (o webOptions) internalHandler(live, ready func(context.Context) error, reg prometheus.Gatherer) http.Handler {
+	return server.NewInternal(live, ready, reg, o.enablePprof)
 }
 
 // ready is /ready: not while shutting down, nor before the informers synced, nor when
@@ -127,7 +135,7 @@ func (l *listeners) ready(core *decisionCore) func(context.Context) error {
 // serve runs the interLink relay and both listeners until ctx is done, then shuts them
 // down.
 func serve(ctx context.Context, o serveOptions, core *decisionCore, l *listeners, reg prometheus.Registerer, logger log.Logger) error {
-	level.Info(logger).Log("msg", "starting", "version", version.Get().Version, "revision", version.Get().Revision, "public", o.web.listen, "internal", o.web.internalListen,
+	level.Info(logger).Log("msg", "starting", "version", version.Get().Version, "revision", version.Get().Revision, "public", o.web.listen, "internal", o.web.internalListen, "pprof", o.web.enablePprof,
 		"mappings", core.mappings.Current().String(), "tenant_label", o.decision.tenantLabel, "node_access", o.decision.nodeAccess)
 	g, gctx := errgroup.WithContext(ctx)
 	if err := startInterlink(gctx, g, o, core.authz, reg, logger); err != nil {

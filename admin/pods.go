@@ -11,27 +11,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/sar-bridge/sar-bridge/workload"
 )
 
-// Pod is a pod to decide and the object it was read from ("job/pi").
-type Pod struct {
-	Source string
-	Pod    *corev1.Pod
-}
-
-// strictDecoder refuses unknown and duplicate fields, as the API server does by
-// default: a field a manifest misspells must not be judged as absent.
-var strictDecoder = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+// Pod is a pod to decide and the object it was read from ("job/pi"); package workload
+// makes it, as it does for the admission webhook.
+type Pod = workload.Pod
 
 // ReadPods reads every document of r (YAML or JSON, "---"-separated, v1 Lists
 // included) and returns the pod each one runs. namespace is used for objects that
@@ -75,9 +64,9 @@ func isEmptyDocument(doc []byte) bool {
 }
 
 func podsOf(doc []byte, namespace string, explicitNamespace bool) ([]Pod, error) {
-	obj, _, err := strictDecoder.Decode(doc, nil, nil)
+	obj, err := workload.Decode(doc, nil)
 	if err != nil {
-		return nil, fmt.Errorf("decoding: %w", err)
+		return nil, err
 	}
 	if list, ok := obj.(*corev1.List); ok {
 		var pods []Pod
@@ -90,7 +79,7 @@ func podsOf(doc []byte, namespace string, explicitNamespace bool) ([]Pod, error)
 		}
 		return pods, nil
 	}
-	p, err := PodOf(obj)
+	p, err := workload.PodOf(obj)
 	if err != nil {
 		return nil, err
 	}
@@ -101,43 +90,4 @@ func podsOf(doc []byte, namespace string, explicitNamespace bool) ([]Pod, error)
 		return nil, fmt.Errorf("%s: the namespace from the object (%q) does not match --namespace %q", p.Source, ns, namespace)
 	}
 	return []Pod{p}, nil
-}
-
-// PodOf returns the pod a Pod or a workload with a pod template runs: the template's
-// labels, annotations and spec, named and placed like the workload.
-func PodOf(obj runtime.Object) (Pod, error) {
-	switch o := obj.(type) {
-	case *corev1.Pod:
-		return Pod{Source: source("pod", o.Name), Pod: o.DeepCopy()}, nil
-	case *batchv1.Job:
-		return fromTemplate("job", o.ObjectMeta, o.Spec.Template), nil
-	case *batchv1.CronJob:
-		return fromTemplate("cronjob", o.ObjectMeta, o.Spec.JobTemplate.Spec.Template), nil
-	case *appsv1.Deployment:
-		return fromTemplate("deployment", o.ObjectMeta, o.Spec.Template), nil
-	case *appsv1.StatefulSet:
-		return fromTemplate("statefulset", o.ObjectMeta, o.Spec.Template), nil
-	case *appsv1.DaemonSet:
-		return fromTemplate("daemonset", o.ObjectMeta, o.Spec.Template), nil
-	case *appsv1.ReplicaSet:
-		return fromTemplate("replicaset", o.ObjectMeta, o.Spec.Template), nil
-	}
-	gvk := obj.GetObjectKind().GroupVersionKind()
-	return Pod{}, fmt.Errorf("%s %s has no pod template: want a Pod, Job, CronJob, Deployment, StatefulSet, DaemonSet or ReplicaSet", gvk.Kind, gvk.GroupVersion())
-}
-
-func fromTemplate(kind string, meta metav1.ObjectMeta, t corev1.PodTemplateSpec) Pod {
-	pod := &corev1.Pod{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: meta.Name, Namespace: meta.Namespace,
-			Labels: t.Labels, Annotations: t.Annotations,
-		},
-		Spec: *t.Spec.DeepCopy(),
-	}
-	return Pod{Source: source(kind, meta.Name), Pod: pod}
-}
-
-func source(kind, name string) string {
-	return kind + "/" + strings.TrimSpace(name)
 }

@@ -1,7 +1,10 @@
 // Package admission serves the pod decision as Kubernetes validating and mutating
 // admission webhooks (AdmissionReview admission.k8s.io/v1): the same decision as the
 // Data API and the interLink relay, for pods aimed at virtual nodes, reviewed for the
-// user who makes the request.
+// user who makes the request. The validating webhook also judges workloads (Jobs,
+// CronJobs, Deployments, ...) whose pod template aims at virtual nodes, as the user who
+// creates or changes them: their pods are later created by controllers, which act for
+// the pods' service account.
 package admission
 
 import (
@@ -21,9 +24,12 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/sar-bridge/sar-bridge/authorizer"
+	"github.com/sar-bridge/sar-bridge/workload"
 )
 
 // Paths of the two webhooks on the public listener.
@@ -216,12 +222,30 @@ func writeReview(w http.ResponseWriter, review admissionv1.AdmissionReview) {
 }
 
 // subject is what a request is decided on: the pod, its raw JSON, the target node when
-// it is not spec.nodeName, and why it aims at a virtual node ("" when it does not).
+// it is not spec.nodeName, why it aims at a virtual node ("" when it does not), and the
+// workload whose pod template it is ("job/pi"; "" for a pod).
 type subject struct {
-	pod    *corev1.Pod
-	raw    json.RawMessage
-	node   string
-	target string
+	pod      *corev1.Pod
+	raw      json.RawMessage
+	node     string
+	target   string
+	workload string
+}
+
+// what names the subject in a refusal: "this pod" or "the pod template of job/pi".
+func (s subject) what() string {
+	if s.workload == "" {
+		return "this pod"
+	}
+	return "the pod template of " + s.workload
+}
+
+// explain prefixes a decision's reason with the pod template it is about.
+func (s subject) explain(reason string) string {
+	if s.workload == "" {
+		return reason
+	}
+	return "pod template of " + s.workload + ": " + reason
 }
 
 // answer decides one request. An error means no answer could be given (the API or the
@@ -245,7 +269,7 @@ func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest,
 	case errors.As(err, &inputErr):
 		// The pod cannot be decided (e.g. a field this build does not know): refused,
 		// never judged blind.
-		return denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, "sar-bridge cannot decide this pod: "+err.Error(), ""), resultDenied, nil
+		return denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, "sar-bridge cannot decide "+s.what()+": "+err.Error(), ""), resultDenied, nil
 	case err != nil:
 		return nil, resultError, err
 	}
@@ -258,9 +282,12 @@ func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest,
 			// Nothing to add to a pod the validating webhook refuses with this reason.
 			return withDecision(allowed(), d.ID), resultDenied, nil
 		}
-		return denied(http.StatusForbidden, metav1.StatusReasonForbidden, v.Reason, d.ID), resultDenied, nil
+		return denied(http.StatusForbidden, metav1.StatusReasonForbidden, s.explain(v.Reason), d.ID), resultDenied, nil
 	}
 	resp := withDecision(allowed(), d.ID)
+	if dryRun(req) && !mutate {
+		resp.Warnings = []string{dryRunWarning}
+	}
 	if mutate {
 		patch, err := buildPatch(s.raw, v.Modifications)
 		if err != nil {
@@ -274,9 +301,17 @@ func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest,
 	return resp, resultAllowed, nil
 }
 
-// handles reports whether a request is one the webhook decides: pod CREATE and UPDATE
-// and pods/binding CREATE; the mutating webhook only changes pods being created.
+// dryRunWarning is what an allowed dry run answers: the decision is the real one, but
+// nothing (quota, a charge) is taken for a request that is not carried out.
+const dryRunWarning = "sar-bridge: dry run decided as the request would be; nothing is reserved"
+
+// handles reports whether a request is one the webhook decides: pod CREATE and UPDATE,
+// pods/binding CREATE and workload CREATE and UPDATE; the mutating webhook only changes
+// pods being created.
 func (h *Handler) handles(req *admissionv1.AdmissionRequest, mutate bool) bool {
+	if isWorkload(req) {
+		return !mutate && req.SubResource == "" && (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update)
+	}
 	if req.Resource.Group != "" || req.Resource.Resource != "pods" {
 		return false
 	}
@@ -298,6 +333,9 @@ func (h *Handler) handles(req *admissionv1.AdmissionRequest, mutate bool) bool {
 func (h *Handler) subjectOf(ctx context.Context, req *admissionv1.AdmissionRequest) (subject, *admissionv1.AdmissionResponse, error) {
 	if req.SubResource == "binding" {
 		return h.bindingSubject(ctx, req)
+	}
+	if isWorkload(req) {
+		return h.workloadSubject(ctx, req)
 	}
 	pod, raw, err := decodePod(req.Object.Raw, req.Namespace)
 	if err != nil {
@@ -345,6 +383,72 @@ func (h *Handler) bindingSubject(ctx context.Context, req *admissionv1.Admission
 		return subject{}, nil, fmt.Errorf("encoding pod %s/%s: %w", req.Namespace, req.Name, err)
 	}
 	return subject{pod: pod, raw: raw, node: b.Target.Name, target: fmt.Sprintf("it is bound to the virtual node %q", b.Target.Name)}, nil, nil
+}
+
+func isWorkload(req *admissionv1.AdmissionRequest) bool {
+	return workload.IsWorkload(schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource})
+}
+
+// workloadSubject is a workload's pod template as the pod its controller would create:
+// named like the workload, in its namespace, with the template's service account. An
+// UPDATE is judged only when the template (labels, annotations, spec: everything the
+// decision reads) changed; scaling, status and the workload's own metadata are not.
+func (h *Handler) workloadSubject(ctx context.Context, req *admissionv1.AdmissionRequest) (subject, *admissionv1.AdmissionResponse, error) {
+	p, err := decodeWorkload(req.Object.Raw, req)
+	if err != nil {
+		return subject{}, denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, "object: "+err.Error(), ""), nil
+	}
+	if req.Operation == admissionv1.Update {
+		old, err := decodeWorkload(req.OldObject.Raw, req)
+		if err != nil {
+			return subject{}, denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, "oldObject: "+err.Error(), ""), nil
+		}
+		if sameTemplate(old.Pod, p.Pod) {
+			return subject{}, nil, nil
+		}
+	}
+	target, err := h.opts.Targets.PodTargets(ctx, h.cluster, p.Pod)
+	if err != nil || target == "" {
+		return subject{}, nil, err
+	}
+	raw, err := json.Marshal(p.Pod)
+	if err != nil {
+		return subject{}, nil, fmt.Errorf("encoding the pod template of %s: %w", p.Source, err)
+	}
+	return subject{pod: p.Pod, raw: raw, target: target, workload: p.Source}, nil, nil
+}
+
+// decodeWorkload reads a workload of the request's kind strictly (a field this build does
+// not know is refused, never judged as absent, as the authorizer does for pods) and
+// returns its pod template as a pod in the request's namespace.
+func decodeWorkload(raw []byte, req *admissionv1.AdmissionRequest) (workload.Pod, error) {
+	gvk := schema.GroupVersionKind(req.Kind)
+	obj, err := workload.Decode(raw, &gvk)
+	if err != nil {
+		return workload.Pod{}, err
+	}
+	if got := obj.GetObjectKind().GroupVersionKind(); got.GroupKind() != gvk.GroupKind() {
+		return workload.Pod{}, fmt.Errorf("a %s, not the request's %s", got.GroupKind(), gvk.GroupKind())
+	}
+	p, err := workload.PodOf(obj)
+	if err != nil {
+		return workload.Pod{}, err
+	}
+	switch ns := p.Pod.Namespace; {
+	case ns == "":
+		p.Pod.Namespace = req.Namespace
+	case ns != req.Namespace:
+		return workload.Pod{}, fmt.Errorf("metadata.namespace %q is not the request's namespace %q", ns, req.Namespace)
+	}
+	return p, nil
+}
+
+// sameTemplate reports whether two pod templates (as pods) agree on everything a
+// decision reads. Semantic equality: quantities by value, nil and empty alike.
+func sameTemplate(a, b *corev1.Pod) bool {
+	return equality.Semantic.DeepEqual(a.Labels, b.Labels) &&
+		equality.Semantic.DeepEqual(a.Annotations, b.Annotations) &&
+		equality.Semantic.DeepEqual(a.Spec, b.Spec)
 }
 
 // decodePod reads a pod from an AdmissionRequest. The raw JSON is what is decided, with
@@ -407,6 +511,9 @@ func (h *Handler) decide(ctx context.Context, req *admissionv1.AdmissionRequest,
 		return authorizer.Decision{}, fmt.Errorf("encoding the decision input: %w", err)
 	}
 	ctx = authorizer.WithLogFields(ctx, "admission_uid", string(req.UID), "dry_run", dryRun(req))
+	if dryRun(req) || s.workload != "" {
+		ctx = authorizer.WithoutReservation(ctx)
+	}
 	if h.opts.Identity == IdentityServiceAccount || actsForPod(req.UserInfo.Username) {
 		return h.decider.Decide(ctx, h.opts.DecisionPath, raw)
 	}
@@ -417,11 +524,19 @@ type nodeRef struct {
 	Name string `json:"name"`
 }
 
-// actsForPod reports requesters that create or bind pods on someone else's behalf: the
-// scheduler and kube-system's controllers (replicaset-controller, job-controller, ...).
-// Their own rights say nothing about the pod, so its service account is reviewed.
+// actsForPod reports requesters that create or bind pods (and workloads: a CronJob's
+// Jobs, a Deployment's ReplicaSets) on someone else's behalf: the scheduler and
+// kube-system's controllers (replicaset-controller, job-controller, ..., or the
+// controller manager's own identity when it runs without per-controller service
+// accounts). Their own rights say nothing about the pod, so its service account is
+// reviewed; the user who made the workload was reviewed when it was created or its
+// template changed.
 func actsForPod(username string) bool {
-	return username == "system:kube-scheduler" || strings.HasPrefix(username, "system:serviceaccount:kube-system:")
+	switch username {
+	case "system:kube-scheduler", "system:kube-controller-manager":
+		return true
+	}
+	return strings.HasPrefix(username, "system:serviceaccount:kube-system:")
 }
 
 // requester is the user the API server authenticated, uid and extra included.
@@ -434,8 +549,8 @@ func requester(u authenticationv1.UserInfo) authorizer.Subject {
 }
 
 func dryRun(req *admissionv1.AdmissionRequest) bool {
-	// A dry run is decided like any request; nothing a decision does has side effects
-	// (no quota is reserved), so there is nothing to skip.
+	// A dry run is decided like any request, so its answer is the real one; an allowed
+	// one says that nothing is reserved for it (dryRunWarning).
 	return req.DryRun != nil && *req.DryRun
 }
 

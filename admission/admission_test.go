@@ -197,6 +197,11 @@ func TestValidate(t *testing.T) {
 				return newRequest(t, admissionv1.Create, "", onVirtual, nil, asUser(rsCtrl))
 			},
 			status: 200, allowed: true, calls: 1},
+		{name: "the controller manager's own identity acts for the pod's service account", result: allowResult(nil, nil),
+			req: func(t *testing.T) *admissionv1.AdmissionRequest {
+				return newRequest(t, admissionv1.Create, "", onVirtual, nil, asUser(authenticationv1.UserInfo{Username: "system:kube-controller-manager"}))
+			},
+			status: 200, allowed: true, calls: 1},
 		{name: "API outage: the call fails", err: authorizer.NewUnavailableError(errors.New("connection refused")),
 			req: func(t *testing.T) *admissionv1.AdmissionRequest {
 				return newRequest(t, admissionv1.Create, "", onVirtual, nil)
@@ -232,6 +237,12 @@ func TestValidate(t *testing.T) {
 				return newRequest(t, admissionv1.Update, "", withTol(testPod(corev1.PodSpec{}), tolVirtual), testPod(corev1.PodSpec{}))
 			},
 			status: 200, code: 403, message: "no", calls: 1, subject: "alice"},
+		{name: "update swapping a duplicate toleration for the virtual one", result: denyResult(`user "alice" may not create pods.interlink.io`),
+			req: func(t *testing.T) *admissionv1.AdmissionRequest {
+				unplaced := testPod(corev1.PodSpec{})
+				return newRequest(t, admissionv1.Update, "", withTol(unplaced, gpu, tolVirtual), withTol(unplaced, gpu, gpu))
+			},
+			status: 200, code: 403, message: `user "alice" may not create pods.interlink.io`, calls: 1, subject: "alice"},
 		{name: "update of an ordinary pod adding a toleration", result: denyResult("never asked"),
 			req: func(t *testing.T) *admissionv1.AdmissionRequest {
 				return newRequest(t, admissionv1.Update, "", withTol(ordinary, gpu), ordinary)

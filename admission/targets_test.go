@@ -164,6 +164,9 @@ func TestAddsToleration(t *testing.T) {
 		{"added beside", []corev1.Toleration{gpu}, []corev1.Toleration{gpu, {Operator: corev1.TolerationOpExists}}, true},
 		{"empty operator is Equal", []corev1.Toleration{gpu}, []corev1.Toleration{{Key: gpu.Key, Value: gpu.Value, Effect: gpu.Effect}}, false},
 		{"other value", []corev1.Toleration{gpu}, []corev1.Toleration{gpu, {Key: gpu.Key, Value: "h100", Effect: gpu.Effect}}, true},
+		{"a duplicate swapped for a new one", []corev1.Toleration{gpu, gpu}, []corev1.Toleration{gpu, {Key: DefaultTaintKey, Operator: corev1.TolerationOpExists}}, true},
+		{"a duplicate added", []corev1.Toleration{gpu}, []corev1.Toleration{gpu, gpu}, false},
+		{"reordered", []corev1.Toleration{gpu, {Operator: corev1.TolerationOpExists}}, []corev1.Toleration{{Operator: corev1.TolerationOpExists}, gpu}, false},
 		{"only tolerationSeconds changed", []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: secs(10)}},
 			[]corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: secs(5)}}, false},
 	} {

@@ -93,6 +93,7 @@ type Authorizer struct {
 	openshift *openshiftMode // nil: opa-openshift requests are not served
 	objects   objectValues   // namespaces and nodes as input values, by version
 	specs     podSpecs       // pod specs that decoded strictly before
+	budget    decisionBudget // inputs being decided at once, in bytes
 	// impersonation answers whether a caller may impersonate the identity it sends in
 	// input.user; nil refuses every input.user.
 	impersonation k8sauthorizer.Authorizer
@@ -109,7 +110,7 @@ func New(cfg Config, reviewer *CachingReviewer, view ClusterView, evaluator Eval
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	return &Authorizer{cfg: cfg, reviewer: reviewer, view: view, evaluator: evaluator, metrics: metrics, logger: logger, objects: newObjectValues(), specs: newPodSpecs()}
+	return &Authorizer{cfg: cfg, reviewer: reviewer, view: view, evaluator: evaluator, metrics: metrics, logger: logger, objects: newObjectValues(), specs: newPodSpecs(), budget: newDecisionBudget()}
 }
 
 // Decision is the answer to one request.
@@ -142,6 +143,12 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 	rec := a.beginDecision(append([]any{"decision_id", d.ID, "path", strings.Join(path, "/")}, logFieldsFrom(ctx)...)...)
 	defer rec.end()
 
+	release, err := a.budget.acquire(ctx, len(rawInput))
+	if err != nil {
+		rec.failed(true, "input over the decision budget", err)
+		return d, err
+	}
+	defer release()
 	req, err := decodePodInput(rawInput, a.specs)
 	if err != nil {
 		rec.failed(true, "rejected request", err)
@@ -195,6 +202,7 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 		ast.Item(key("review"), ast.NewTerm(t.summary.value())),
 		ast.Item(key("resources"), ast.NewTerm(req.derived.resources)),
 		ast.Item(key("tolerations"), ast.NewTerm(req.derived.tolerations)),
+		ast.Item(key("hpc"), ast.NewTerm(req.hpc)),
 	)
 
 	releaseQuota, err := a.holdQuota(ctx, req, t, in)
@@ -218,7 +226,7 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 	}
 	d.Result, d.Defined = res.Value, res.Defined
 	outcome, reason := summarize(d.Result, d.Defined)
-	releaseQuota(outcome == "allowed")
+	releaseQuota(outcome == "allowed" && reserves(ctx))
 	rec.decided(outcome, reason, "cache_hit", strconv.FormatBool(t.cacheHit), "memo", string(res.Memo))
 	return d, nil
 }

@@ -86,7 +86,7 @@ func rbacByVerb(allowed ...string) func(authorizationv1.SubjectAccessReviewSpec)
 
 const saRunner = "system:serviceaccount:team-a:runner"
 
-func newTestAuthorizer(t *testing.T, cfg Config, rev *fakeReviewer, view *fakeView) *Authorizer {
+func newTestAuthorizer(t testing.TB, cfg Config, rev *fakeReviewer, view *fakeView) *Authorizer {
 	t.Helper()
 	eval, err := policies.New(context.Background(), policies.Options{})
 	if err != nil {

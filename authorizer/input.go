@@ -10,10 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/lru"
 
 	"github.com/sar-bridge/sar-bridge/astjson"
 	"github.com/sar-bridge/sar-bridge/policies"
+	"github.com/sar-bridge/sar-bridge/sizedlru"
 	"github.com/sar-bridge/sar-bridge/strictjson"
 	k8sjson "sigs.k8s.io/json"
 )
@@ -23,6 +23,7 @@ import (
 type podRequest struct {
 	input     ast.Object
 	derived   podDerived // input.resources and input.tolerations
+	hpc       ast.Value  // input.hpc: what the plugins make of the pod (annotations included, so not cached with the spec)
 	Operation string
 	Pod       podIdentity
 	User      *inputUser
@@ -61,6 +62,7 @@ func decodePodInput(raw []byte, specs podSpecs) (podRequest, error) {
 	if req.Pod, req.derived, err = specs.decode(pod.Raw, pod.Value); err != nil {
 		return req, inputErrorf("input.pod is not a valid Pod: %v", err)
 	}
+	req.hpc = policies.PodHPC(pod.Value)
 	if req.Pod.Namespace == "" {
 		return req, inputErrorf("input.pod.metadata.namespace is required")
 	}
@@ -104,8 +106,19 @@ var inputNames = astjson.NewNames(append([]string{"operation", "pod", "user", "n
 // podSpecs remembers the pod specs that were checked, by the hash of their bytes, with
 // what the bridge derives from them: the pods of one Job or array job carry the same
 // spec, and checking and deriving are most of a decision's cost when its policy
-// evaluation comes from the memo.
-type podSpecs struct{ valid *lru.Cache }
+// evaluation comes from the memo. Bounded by bytes (issue 31): a pod of 5,000
+// containers derives megabytes, and any user who may create a pod can send many.
+type podSpecs struct {
+	valid *sizedlru.Cache[[sha256.Size]byte, podDerived]
+}
+
+// Bounds of podSpecs: an ordinary pod derives 1-2 KiB, a pod of 600 containers about
+// 256 KiB; larger ones are derived again on every decision.
+const (
+	specCacheBytes      = 16 << 20
+	specCacheEntryBytes = 256 << 10
+	derivedEntryBytes   = 128 // the entry and its key, besides the values
+)
 
 // podDerived is what the bridge adds to the input from the pod's spec, so that
 // policies read it ready-made (policies.PodResources, policies.PodTolerations).
@@ -118,7 +131,14 @@ func derive(pod ast.Value) podDerived {
 	return podDerived{resources: policies.PodResources(pod), tolerations: policies.PodTolerations(pod)}
 }
 
-func newPodSpecs() podSpecs { return podSpecs{valid: lru.New(1024)} }
+func newPodSpecs() podSpecs {
+	return podSpecs{valid: sizedlru.New[[sha256.Size]byte, podDerived](specCacheBytes, specCacheEntryBytes)}
+}
+
+// size is what keeping d costs.
+func (d podDerived) size() int64 {
+	return derivedEntryBytes + astjson.Size(d.resources) + astjson.Size(d.tolerations)
+}
 
 // decode checks a pod, decoded to value from raw, as strict decoding into a Pod would
 // (see decodePodInput), and gives the fields the pipeline reads in Go and what the
@@ -141,11 +161,11 @@ func (p podSpecs) decode(raw []byte, value ast.Value) (podIdentity, podDerived, 
 		return podIdentity{}, podDerived{}, err
 	}
 	if seen {
-		return podIdentityOf(value), hit.(podDerived), nil
+		return podIdentityOf(value), hit, nil
 	}
 	derived := derive(value)
 	if hasSpec {
-		p.valid.Add(key, derived)
+		p.valid.Add(key, derived, derived.size())
 	}
 	return podIdentityOf(value), derived, nil
 }
@@ -199,15 +219,26 @@ func strictUnmarshal(data []byte, v any, strict ...k8sjson.StrictOption) error {
 
 // objectValues keeps the values of namespaces and nodes by UID and resourceVersion:
 // the informer's objects change only with their version, and most decisions name the
-// same few. Values are never modified once built, so decisions share them.
-type objectValues struct{ cache *lru.Cache }
+// same few. Values are never modified once built, so decisions share them. Bounded by
+// bytes: a namespace's annotations alone may hold 256 KiB.
+type objectValues struct {
+	cache *sizedlru.Cache[objectVersion, ast.Value]
+}
+
+const (
+	objectCacheBytes      = 16 << 20
+	objectCacheEntryBytes = 1 << 20
+	objectEntryBytes      = 192 // the entry and its key, besides the value
+)
 
 type objectVersion struct {
 	kind    string
 	uid, rv string
 }
 
-func newObjectValues() objectValues { return objectValues{cache: lru.New(1024)} }
+func newObjectValues() objectValues {
+	return objectValues{cache: sizedlru.New[objectVersion, ast.Value](objectCacheBytes, objectCacheEntryBytes)}
+}
 
 // get returns the cached value of an object at this version, or builds and keeps it.
 func (o objectValues) get(kind string, meta metav1.Object, build func() ast.Value) ast.Value {
@@ -216,10 +247,10 @@ func (o objectValues) get(kind string, meta metav1.Object, build func() ast.Valu
 		return build() // not from an informer: nothing identifies this version
 	}
 	if v, ok := o.cache.Get(key); ok {
-		return v.(ast.Value)
+		return v
 	}
 	v := build()
-	o.cache.Add(key, v)
+	o.cache.Add(key, v, objectEntryBytes+int64(len(key.kind)+len(key.uid)+len(key.rv))+astjson.Size(v))
 	return v
 }
 
@@ -228,7 +259,7 @@ func (o objectValues) get(kind string, meta metav1.Object, build func() ast.Valu
 var keyTerms = func() map[string]*ast.Term {
 	m := map[string]*ast.Term{}
 	for _, k := range []string{
-		"operation", "subject", "tenant", "tenant_label", "group", "namespace", "node", "review", "resources", "tolerations",
+		"operation", "subject", "tenant", "tenant_label", "group", "namespace", "node", "review", "resources", "tolerations", "hpc",
 		"username", "uid", "groups", "extra", "name", "labels", "annotations", "found", "taints", "allocatable",
 		"key", "value", "effect", "metadata", "spec", "serviceAccountName", "serviceAccount", "nodeName", "allowed", "denied", "reason", "attributes", "verb", "resource",
 		"modifications", // read from decisions

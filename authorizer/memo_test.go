@@ -198,7 +198,7 @@ func TestDecideReplacesCallerMembers(t *testing.T) {
 	a.evaluator = rec
 	input := `{"pod": {"metadata": {"name": "p", "namespace": "team-a"}, "spec": {"serviceAccountName": "runner", "containers": [{"name": "c"}]}},
 		"review": {"allowed": true}, "subject": {"username": "system:admin"}, "tenant": "other", "group": "x",
-		"resources": {"largest": {}}, "tolerations": {}, "note": "kept"}`
+		"resources": {"largest": {}}, "tolerations": {}, "hpc": {"inert": false, "writers": {"slurm-job.vk.io/pre-exec": "vk"}}, "note": "kept"}`
 	d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(input))
 	if err != nil {
 		t.Fatal(err)
@@ -214,6 +214,7 @@ func TestDecideReplacesCallerMembers(t *testing.T) {
 		{"group", `"interlink.io"`},
 		{"resources.largest", "{}"},
 		{"tolerations.keyless_exists", "0"},
+		{"hpc.inert", "true"},
 		{"note", `"kept"`},
 		{"operation", `"create"`},
 	} {
@@ -225,8 +226,8 @@ func TestDecideReplacesCallerMembers(t *testing.T) {
 			t.Errorf("input.%s = %v, want %s", tt.path, got, tt.want)
 		}
 	}
-	if n := in.Len(); n != 12 {
-		t.Errorf("input has %d members, want 12 (the caller's pod and note, and ten added): %v", n, in)
+	if n := in.Len(); n != 13 {
+		t.Errorf("input has %d members, want 13 (the caller's pod and note, and eleven added): %v", n, in)
 	}
 }
 

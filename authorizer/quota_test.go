@@ -169,3 +169,23 @@ func BenchmarkDecideQuota(b *testing.B) {
 		})
 	}
 }
+
+// TestDecideWithoutReservation: a dry run or a workload's template is judged against the
+// quota but reserves nothing.
+func TestDecideWithoutReservation(t *testing.T) {
+	a, _, _ := newQuotaAuthorizer(t, `{"interlink": {"quotas": {"team-a": {"pods": 1}}}}`, 0)
+	ctx := WithoutReservation(context.Background())
+	for range 3 {
+		d, err := a.Decide(ctx, decisionPath, quotaPod("dry"))
+		if err != nil || jsonOf(d.Result).(map[string]any)["allowed"] != true {
+			t.Fatalf("dry run: %v %v", jsonOf(d.Result), err)
+		}
+	}
+	if allowed, reason := decideQuota(t, a, quotaPod("real")); !allowed {
+		t.Fatalf("a real create after dry runs: denied, %q", reason)
+	}
+	d, err := a.Decide(ctx, decisionPath, quotaPod("dry-over"))
+	if err != nil || jsonOf(d.Result).(map[string]any)["allowed"] != false {
+		t.Fatalf("a dry run over the quota: %v %v, want a denial", jsonOf(d.Result), err)
+	}
+}

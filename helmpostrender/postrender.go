@@ -7,15 +7,22 @@
 // sockets in an emptyDir at /var/run/. The post-renderer adds the bridge container on
 // that volume, points interLink at the bridge with the SIDECARURL environment variable
 // (interLink's own override of its config's SidecarURL), hands the bridge the plugin
-// address interLink used until then, and adds the ClusterRole the bridge needs, bound to
-// the pod's ServiceAccount. Every other document is written out byte for byte.
+// address interLink used until then, and adds a NetworkPolicy that admits to the pod only
+// what must reach it (so a plugin on TCP cannot be called around the bridge) and the
+// ClusterRole the bridge needs, bound to the pod's ServiceAccount. Every other document is
+// written out byte for byte.
 package helmpostrender
 
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -38,6 +45,12 @@ type Options struct {
 	Args []string
 	// RBAC adds a ClusterRole and ClusterRoleBinding for the pod's ServiceAccount.
 	RBAC bool
+	// NetworkPolicy adds a NetworkPolicy that admits to interLink's pod only the Virtual
+	// Kubelet's port and the ports Services of the rendering target.
+	NetworkPolicy bool
+	// AllowUnprotectedPlugin renders a plugin on TCP in the pod (http://localhost:PORT)
+	// without the NetworkPolicy, which is refused otherwise.
+	AllowUnprotectedPlugin bool
 }
 
 const (
@@ -46,10 +59,18 @@ const (
 	socketsVolume      = "sockets"
 	socketsDir         = "/var/run/"
 	bridgeTmpVolume    = "sar-bridge-tmp"
+	vkContainer        = "vk"
 	internalPort       = 18081
-	webListen          = "127.0.0.1:18080"
+	webPort            = 18080
 	configPath         = "/etc/interlink/InterLinkConfig.yaml"
+	// defaultKubeletPort is the Virtual Kubelet's port when KUBELET_PORT is not set
+	// (interLink's cmd/virtual-kubelet); interLink's chart sets 10250.
+	defaultKubeletPort = 5820
+	generatedSource    = "# Source: sar-bridge helm-postrender\n"
 )
+
+// webListen keeps the Data API on loopback: only the relay is used in the sidecar.
+var webListen = fmt.Sprintf("127.0.0.1:%d", webPort)
 
 // ClusterRoleRules are the rules of manifests/base's ClusterRole: SubjectAccessReviews,
 // TokenReviews, and watching Namespaces, Nodes and (for quotas) Pods.
@@ -172,6 +193,10 @@ func Render(in []byte, o Options) ([]byte, error) {
 	if !strings.HasPrefix(o.PluginURL, "http://") && !strings.HasPrefix(o.PluginURL, "unix://") {
 		return nil, fmt.Errorf("plugin URL %q: interLink's plugin address is http:// or unix://", o.PluginURL)
 	}
+	if _, local := localPort(o.PluginURL); local && !o.NetworkPolicy && !o.AllowUnprotectedPlugin {
+		return nil, fmt.Errorf("the plugin listens on TCP in the pod (%s) and the NetworkPolicy is off: any pod could call it on the pod's IP, around the bridge. "+
+			"Keep the NetworkPolicy, put the plugin on a unix socket, or, if a NetworkPolicy of your own admits only the Virtual Kubelet's port, pass --insecure-allow-unprotected-plugin", o.PluginURL)
+	}
 	for _, c := range containers(spec) {
 		for _, p := range list(c["ports"]) {
 			if pm, _ := p.(map[string]any); pm != nil && fmt.Sprint(pm["containerPort"]) == fmt.Sprint(internalPort) {
@@ -199,8 +224,9 @@ func Render(in []byte, o Options) ([]byte, error) {
 	args := []any{
 		"--interlink.listen=" + bridgeURL,
 		"--interlink.plugin-url=" + o.PluginURL,
-		// The Data API stays on loopback: only the relay is used here.
 		"--web.listen=" + webListen,
+		// On the pod's IP for the kubelet's probes; it serves no profiles
+		// (--web.enable-pprof is off) and the NetworkPolicy does not admit it.
 		fmt.Sprintf("--web.internal.listen=:%d", internalPort),
 		"--log.format=json",
 		"--web.shutdown-delay=5s",
@@ -211,7 +237,7 @@ func Render(in []byte, o Options) ([]byte, error) {
 	probe := func(path string, period int) map[string]any {
 		return map[string]any{"httpGet": map[string]any{"path": path, "port": "sb-internal"}, "periodSeconds": period, "timeoutSeconds": 2}
 	}
-	spec["containers"] = append(containers(spec), map[string]any{
+	spec["containers"] = append(list(spec["containers"]), map[string]any{
 		"name":            bridgeContainer,
 		"image":           o.Image,
 		"imagePullPolicy": "IfNotPresent",
@@ -244,6 +270,13 @@ func Render(in []byte, o Options) ([]byte, error) {
 	}
 	docs[target].raw = append(leadingComments(docs[target].raw), out...)
 
+	if o.NetworkPolicy {
+		np, err := networkPolicy(docs, dep, spec, o.PluginURL)
+		if err != nil {
+			return nil, fmt.Errorf("NetworkPolicy: %w", err)
+		}
+		docs = append(docs, np)
+	}
 	if o.RBAC {
 		extra, err := rbac(dep, spec)
 		if err != nil {
@@ -341,13 +374,193 @@ func rbac(dep, spec map[string]any) ([]document, error) {
 	}
 	var out []document
 	for _, o := range []map[string]any{role, binding} {
-		b, err := yaml.Marshal(o)
+		d, err := generated(o)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, document{raw: append([]byte("# Source: sar-bridge helm-postrender\n"), b...), obj: o})
+		out = append(out, d)
 	}
 	return out, nil
+}
+
+// generated is a document the post-renderer adds, marked as such.
+func generated(obj map[string]any) (document, error) {
+	b, err := yaml.Marshal(obj)
+	if err != nil {
+		return document{}, err
+	}
+	return document{raw: append([]byte(generatedSource), b...), obj: obj}, nil
+}
+
+// port is a port a NetworkPolicy admits.
+type port struct {
+	number   int
+	protocol string
+}
+
+// networkPolicy selects interLink's pod and admits to it, from anywhere, only the Virtual
+// Kubelet's kubelet port (the API server's logs, exec and metrics calls come from
+// addresses a policy cannot portably name) and the ports that Services of the rendering
+// in the Deployment's namespace target on the pod (the ssh bastion of interLink's chart).
+// Every other port of the pod (a plugin on TCP, interLink's API, the bridge's) answers
+// only the pod itself and, as for every policy, its node (the kubelet's probes).
+func networkPolicy(docs []document, dep, spec map[string]any, pluginURL string) (document, error) {
+	meta, _ := dep["metadata"].(map[string]any)
+	name, _ := meta["name"].(string)
+	ns, _ := meta["namespace"].(string)
+	tplSpec, _ := dep["spec"].(map[string]any)
+	tpl, _ := tplSpec["template"].(map[string]any)
+	tplMeta, _ := tpl["metadata"].(map[string]any)
+	labels, _ := tplMeta["labels"].(map[string]any)
+	if len(labels) == 0 {
+		return document{}, fmt.Errorf("Deployment %s: the pod template has no labels to select the pod by", name)
+	}
+	kubelet, err := kubeletPort(spec)
+	if err != nil {
+		return document{}, fmt.Errorf("Deployment %s: %w (pass --network-policy=false and admit it with a NetworkPolicy of your own)", name, err)
+	}
+	ports := []port{kubelet}
+	targets, err := serviceTargets(docs, ns, labels, spec)
+	if err != nil {
+		return document{}, err
+	}
+	closed := map[int]string{internalPort: "the bridge's internal listener", webPort: "the bridge's Data API"}
+	if p, ok := localPort(pluginURL); ok {
+		closed[p] = "the plugin (" + pluginURL + ")"
+	}
+	for _, t := range targets {
+		if what, ok := closed[t.port.number]; ok {
+			return document{}, fmt.Errorf("Service %s targets port %d of the interLink pod, %s: it must not be reachable from other pods", t.service, t.port.number, what)
+		}
+		ports = append(ports, t.port)
+	}
+	slices.SortFunc(ports, func(a, b port) int {
+		return cmp.Or(cmp.Compare(a.number, b.number), cmp.Compare(a.protocol, b.protocol))
+	})
+	var admitted []any
+	for _, p := range slices.Compact(ports) {
+		admitted = append(admitted, map[string]any{"port": p.number, "protocol": p.protocol})
+	}
+	npMeta := map[string]any{"name": "sar-bridge-" + name, "labels": map[string]any{"app.kubernetes.io/name": "sar-bridge", "app.kubernetes.io/part-of": "interlink"}}
+	if ns != "" {
+		npMeta["namespace"] = ns
+	}
+	return generated(map[string]any{
+		"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+		"metadata": npMeta,
+		"spec": map[string]any{
+			"podSelector": map[string]any{"matchLabels": labels},
+			"policyTypes": []any{"Ingress"},
+			// No "from": the API server calls the kubelet port from outside the pod network.
+			"ingress": []any{map[string]any{"ports": admitted}},
+		},
+	})
+}
+
+// kubeletPort is the port the Virtual Kubelet serves the kubelet API on: its container's
+// KUBELET_PORT.
+func kubeletPort(spec map[string]any) (port, error) {
+	vk := findContainer(spec, vkContainer)
+	if vk == nil {
+		return port{}, fmt.Errorf("no container named %q: cannot tell the Virtual Kubelet's port", vkContainer)
+	}
+	v, ok := env(vk, "KUBELET_PORT")
+	if !ok {
+		return port{defaultKubeletPort, "TCP"}, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 65535 {
+		return port{}, fmt.Errorf("container %s: KUBELET_PORT %q is not a port number", vkContainer, v)
+	}
+	return port{n, "TCP"}, nil
+}
+
+type serviceTarget struct {
+	service string
+	port    port
+}
+
+// serviceTargets are the pod ports that Services in namespace ns, whose selector the pod's
+// labels match, send traffic to.
+func serviceTargets(docs []document, ns string, labels, spec map[string]any) ([]serviceTarget, error) {
+	var out []serviceTarget
+	for _, d := range docs {
+		meta, _ := d.obj["metadata"].(map[string]any)
+		if svcNS, _ := meta["namespace"].(string); d.kind() != "Service" || svcNS != ns {
+			continue
+		}
+		svc, _ := d.obj["spec"].(map[string]any)
+		sel, _ := svc["selector"].(map[string]any)
+		if len(sel) == 0 || !selects(sel, labels) {
+			continue
+		}
+		for _, p := range list(svc["ports"]) {
+			pm, _ := p.(map[string]any)
+			proto, _ := pm["protocol"].(string)
+			if proto == "" {
+				proto = "TCP"
+			}
+			target := pm["targetPort"]
+			if target == nil {
+				target = pm["port"]
+			}
+			n, err := resolvePort(spec, target)
+			if err != nil {
+				return nil, fmt.Errorf("Service %s: %w", d.name(), err)
+			}
+			out = append(out, serviceTarget{service: d.name(), port: port{n, proto}})
+		}
+	}
+	return out, nil
+}
+
+func selects(selector, labels map[string]any) bool {
+	for k, v := range selector {
+		if fmt.Sprint(labels[k]) != fmt.Sprint(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// resolvePort is a Service's targetPort on the pod: a number, or a container port's name.
+func resolvePort(spec map[string]any, target any) (int, error) {
+	if name, ok := target.(string); ok {
+		if n, err := strconv.Atoi(name); err == nil {
+			return n, nil
+		}
+		for _, c := range containers(spec) {
+			for _, p := range list(c["ports"]) {
+				if pm, _ := p.(map[string]any); pm != nil && pm["name"] == name {
+					return strconv.Atoi(fmt.Sprint(pm["containerPort"]))
+				}
+			}
+		}
+		return 0, fmt.Errorf("targetPort %q names no container port of the pod", name)
+	}
+	n, err := strconv.Atoi(fmt.Sprint(target))
+	if err != nil {
+		return 0, fmt.Errorf("targetPort %v: %w", target, err)
+	}
+	return n, nil
+}
+
+// localPort is the port of an http:// plugin URL that names this pod (loopback): a plugin
+// reached there may listen on every interface of the pod, as the SLURM plugin does.
+func localPort(pluginURL string) (int, bool) {
+	u, err := url.Parse(pluginURL)
+	if err != nil || u.Scheme != "http" {
+		return 0, false
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); host != "" && host != "localhost" && (ip == nil || !ip.IsLoopback() && !ip.IsUnspecified()) {
+		return 0, false
+	}
+	n, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return 80, true
+	}
+	return n, true
 }
 
 func leadingComments(raw []byte) []byte {

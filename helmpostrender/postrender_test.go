@@ -9,8 +9,9 @@ import (
 )
 
 // chartOutput is shaped like `helm template` of interLink's chart (written here, not
-// copied): the "<nodeName>-node" Deployment with the plugin, interLink and VK containers,
-// interLink's config ConfigMap, and an unrelated ServiceAccount.
+// copied): the "<nodeName>-node" Deployment with the plugin, interLink and VK containers
+// (the VK's kubelet port set as the chart sets it), interLink's config ConfigMap, and an
+// unrelated ServiceAccount.
 func chartOutput(sidecar, socketsMount, interlinkEnv string) string {
 	mount := ""
 	volume := ""
@@ -75,6 +76,9 @@ spec:
             subPath: InterLinkConfig.yaml` + mount + `
       - name: vk
         image: example/vk:0.6.2
+        env:
+        - name: KUBELET_PORT
+          value: "10250"
       volumes:
       - name: il-config
         configMap:
@@ -127,7 +131,7 @@ func TestRender(t *testing.T) {
 			if tc.opts.Image == "" {
 				tc.opts.Image = "ghcr.io/sar-bridge/sar-bridge:v0.1.0"
 			}
-			tc.opts.RBAC = true
+			tc.opts.RBAC, tc.opts.NetworkPolicy = true, true
 			out, err := Render([]byte(tc.in), tc.opts)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -143,8 +147,8 @@ func TestRender(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(outDocs) != len(inDocs)+2 {
-				t.Fatalf("%d documents out, %d in (+2 RBAC expected)", len(outDocs), len(inDocs))
+			if len(outDocs) != len(inDocs)+3 {
+				t.Fatalf("%d documents out, %d in (+1 NetworkPolicy, +2 RBAC expected)", len(outDocs), len(inDocs))
 			}
 			// Everything but the Deployment is written out byte for byte.
 			for i := range inDocs {
@@ -196,6 +200,9 @@ func TestRender(t *testing.T) {
 			if got := len(list(spec["volumes"])); got != wantVolumes {
 				t.Errorf("%d volumes, want %d", got, wantVolumes)
 			}
+			if np := outDocs[len(inDocs)]; string(np.raw) != wantPolicy("10250/TCP") {
+				t.Errorf("NetworkPolicy:\n%s\nwant:\n%s", np.raw, wantPolicy("10250/TCP"))
+			}
 			role, binding := outDocs[len(outDocs)-2], outDocs[len(outDocs)-1]
 			if role.kind() != "ClusterRole" || role.name() != "sar-bridge-interlink-vk-hpc-node" || !reflect.DeepEqual(role.obj["rules"], roundTrip(t, ClusterRoleRules())) {
 				t.Errorf("ClusterRole:\n%s", role.raw)
@@ -207,6 +214,148 @@ func TestRender(t *testing.T) {
 			// A second pass refuses: interLink already calls the bridge.
 			if _, err := Render(out, tc.opts); err == nil || !strings.Contains(err.Error(), `already has a container named "sar-bridge"`) {
 				t.Errorf("rendering twice: %v", err)
+			}
+		})
+	}
+}
+
+// wantPolicy is the NetworkPolicy for chartOutput's pod admitting ports ("10250/TCP"), as
+// the post-renderer writes it.
+func wantPolicy(ports ...string) string {
+	var b strings.Builder
+	for _, p := range ports {
+		n, proto, _ := strings.Cut(p, "/")
+		b.WriteString("    - port: " + n + "\n      protocol: " + proto + "\n")
+	}
+	return `# Source: sar-bridge helm-postrender
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  labels:
+    app.kubernetes.io/name: sar-bridge
+    app.kubernetes.io/part-of: interlink
+  name: sar-bridge-vk-hpc-node
+  namespace: interlink
+spec:
+  ingress:
+  - ports:
+` + b.String() + `  podSelector:
+    matchLabels:
+      app: vk-hpc
+  policyTypes:
+  - Ingress
+`
+}
+
+// service is a Service document of the rendering.
+func service(name, namespace, selector, ports string) string {
+	return "---\n# Source: interlink/templates/virtual-kubelet.yaml\napiVersion: v1\nkind: Service\nmetadata:\n  name: " + name +
+		"\n  namespace: " + namespace + "\nspec:\n  type: NodePort\n  selector: " + selector + "\n  ports: " + ports + "\n"
+}
+
+// sshBastion adds interLink's chart's ssh bastion container (ports 2222 and 22) to the
+// pod, and its NodePort Service.
+func sshBastion(in string) string {
+	in = strings.Replace(in, "      - name: vk\n", `      - name: ssh-bastion
+        image: example/openssh-server
+        ports:
+        - containerPort: 2222
+          name: ssh-tunnel
+        - containerPort: 22
+      - name: vk
+`, 1)
+	return in + service("ssh-bastion-vk", "interlink", "{app: vk-hpc}", "[{port: 2222, nodePort: 31022}]")
+}
+
+// TestRenderNetworkPolicy: the policy selects interLink's pod and admits only the
+// Virtual Kubelet's port and the ports Services target on the pod; never the plugin's
+// port in the pod, nor the bridge's; a plugin on TCP in the pod is not rendered without
+// the policy unless insisted on.
+func TestRenderNetworkPolicy(t *testing.T) {
+	socketPlugin := chartOutput(`    SidecarURL: "unix:///var/run/plugin.sock"`+"\n", "/var/run/", "")
+	tcpPlugin := chartOutput(`    SidecarURL: "http://localhost"`+"\n"+`    SidecarPort: "3000"`+"\n", "", "")
+	for _, tc := range []struct {
+		name     string
+		in       string
+		opts     Options
+		want     string // the NetworkPolicy document; "" for none
+		wantErrs []string
+	}{
+		{name: "plugin on a socket", in: socketPlugin, opts: Options{NetworkPolicy: true}, want: wantPolicy("10250/TCP")},
+		{name: "plugin on TCP in the pod", in: tcpPlugin, opts: Options{NetworkPolicy: true}, want: wantPolicy("10250/TCP")},
+		{name: "the ssh bastion's Service target, not its undeclared-by-Service port 22", in: sshBastion(tcpPlugin), opts: Options{NetworkPolicy: true},
+			want: wantPolicy("2222/TCP", "10250/TCP")},
+		{name: "named and numeric targets, defaults, duplicates; other namespaces and pods ignored",
+			in: sshBastion(tcpPlugin) +
+				service("by-name", "interlink", "{app: vk-hpc}", "[{port: 22, targetPort: ssh-tunnel}, {port: 53, targetPort: 5353, protocol: UDP}, {port: 8443}]") +
+				service("other-namespace", "elsewhere", "{app: vk-hpc}", "[{port: 3000}]") +
+				service("other-pods", "interlink", "{app: vk-hpc, tier: web}", "[{port: 3000}]") +
+				service("no-selector", "interlink", "{}", "[{port: 3000}]"),
+			opts: Options{NetworkPolicy: true}, want: wantPolicy("2222/TCP", "5353/UDP", "8443/TCP", "10250/TCP")},
+		{name: "the VK's own default port", in: strings.Replace(socketPlugin, "        env:\n        - name: KUBELET_PORT\n          value: \"10250\"\n", "", 1),
+			opts: Options{NetworkPolicy: true}, want: wantPolicy("5820/TCP")},
+		{name: "a Service to the plugin in the pod", in: tcpPlugin + service("plugin", "interlink", "{app: vk-hpc}", "[{port: 80, targetPort: 3000}]"),
+			opts:     Options{NetworkPolicy: true},
+			wantErrs: []string{"Service plugin targets port 3000 of the interLink pod, the plugin (http://localhost:3000)"}},
+		{name: "a Service to the bridge's internal port", in: socketPlugin + service("probe", "interlink", "{app: vk-hpc}", "[{port: 80, targetPort: sb-internal}]"),
+			opts: Options{NetworkPolicy: true}, wantErrs: []string{"Service probe targets port 18081 of the interLink pod, the bridge's internal listener"}},
+		{name: "a Service to the bridge's Data API", in: socketPlugin + service("api", "interlink", "{app: vk-hpc}", "[{port: 18080}]"),
+			opts: Options{NetworkPolicy: true}, wantErrs: []string{"Service api targets port 18080 of the interLink pod, the bridge's Data API"}},
+		{name: "an unknown named target", in: socketPlugin + service("x", "interlink", "{app: vk-hpc}", "[{port: 80, targetPort: web}]"),
+			opts: Options{NetworkPolicy: true}, wantErrs: []string{`Service x: targetPort "web" names no container port of the pod`}},
+		{name: "no VK container", in: strings.Replace(socketPlugin, "- name: vk\n", "- name: kubelet\n", 1), opts: Options{NetworkPolicy: true},
+			wantErrs: []string{`no container named "vk": cannot tell the Virtual Kubelet's port`, "--network-policy=false"}},
+		{name: "a KUBELET_PORT that is no port", in: strings.Replace(socketPlugin, `value: "10250"`, `value: "kubelet"`, 1), opts: Options{NetworkPolicy: true},
+			wantErrs: []string{`KUBELET_PORT "kubelet" is not a port number`}},
+		{name: "a pod template without labels", in: strings.Replace(socketPlugin, "    metadata:\n      labels:\n        app: vk-hpc\n", "", 1), opts: Options{NetworkPolicy: true},
+			wantErrs: []string{"the pod template has no labels to select the pod by"}},
+		{name: "off, plugin on a socket", in: socketPlugin},
+		{name: "off, plugin on another host", in: tcpPlugin, opts: Options{PluginURL: "http://slurm-plugin.hpc.example:3000"}},
+		{name: "off, plugin on TCP in the pod", in: tcpPlugin,
+			wantErrs: []string{"the plugin listens on TCP in the pod (http://localhost:3000) and the NetworkPolicy is off", "--insecure-allow-unprotected-plugin"}},
+		{name: "off, plugin on the pod's loopback address", in: tcpPlugin, opts: Options{PluginURL: "http://127.0.0.1:3000/api"},
+			wantErrs: []string{"the plugin listens on TCP in the pod (http://127.0.0.1:3000/api)"}},
+		{name: "off, plugin on TCP in the pod, insisted on", in: tcpPlugin, opts: Options{AllowUnprotectedPlugin: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Image = "ghcr.io/sar-bridge/sar-bridge:v0.1.0"
+			out, err := Render([]byte(tc.in), tc.opts)
+			if len(tc.wantErrs) > 0 {
+				for _, w := range tc.wantErrs {
+					if err == nil || !strings.Contains(err.Error(), w) {
+						t.Errorf("err %v, want %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			inDocs, _ := split([]byte(tc.in))
+			outDocs, err := split(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var policies []document
+			for _, d := range outDocs {
+				if d.kind() == "NetworkPolicy" {
+					policies = append(policies, d)
+				}
+			}
+			switch {
+			case tc.want == "" && len(policies) != 0:
+				t.Errorf("a NetworkPolicy with the policy off:\n%s", policies[0].raw)
+			case tc.want != "" && (len(policies) != 1 || string(policies[0].raw) != tc.want):
+				t.Errorf("NetworkPolicies %d:\n%s\nwant:\n%s", len(policies), out, tc.want)
+			}
+			// Only the Deployment changes; the policy is added after the input.
+			if want := len(inDocs) + len(policies); len(outDocs) != want {
+				t.Fatalf("%d documents out, want %d", len(outDocs), want)
+			}
+			for i := range inDocs {
+				if inDocs[i].kind() != "Deployment" && string(inDocs[i].raw) != string(outDocs[i].raw) {
+					t.Errorf("document %d changed:\n%s\n---\n%s", i, inDocs[i].raw, outDocs[i].raw)
+				}
 			}
 		})
 	}

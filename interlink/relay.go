@@ -1,7 +1,7 @@
 // Package interlink is the interLink plugin front door: sar-bridge listens where
 // interLink expects its plugin (SidecarURL:SidecarPort), decides every POST /create with
 // one call of the authorizer, forwards what is allowed (modifications applied) to the
-// real plugin, and relays every other route unchanged.
+// real plugin, relays interLink's other plugin calls unchanged and refuses anything else.
 package interlink
 
 import (
@@ -14,7 +14,6 @@ import (
 	stdlog "log"
 	"net/http"
 	"net/http/httputil"
-	"path"
 	"strings"
 	"time"
 
@@ -69,7 +68,8 @@ type Relay struct {
 	transport *http.Transport
 	logger    log.Logger
 	creates   *prometheus.CounterVec
-	routes    map[string]http.Handler
+	refusals  *prometheus.CounterVec  // requests_total{route="refused"}, by code
+	routes    map[string]http.Handler // by request target
 }
 
 // Outcomes of a create, the label of sar_bridge_interlink_creates_total.
@@ -81,9 +81,28 @@ const (
 	outcomeError       = "error"       // the policy's answer could not be used, 500
 )
 
-// routes are the metric labels; any other path counts as "other" so callers cannot grow
-// the label set.
-var routes = []string{"create", "delete", "status", "getLogs", "other"}
+// route is one call of the plugin API the relay serves.
+type route struct {
+	label  string // of sar_bridge_interlink_requests_total
+	method string // the one interLink sends
+}
+
+// routes are the plugin calls interLink makes, the same four with the same methods in
+// every release from 0.3 to 0.7 (and its plugin OpenAPI), plus the SLURM plugin's
+// read-only /system-info for monitoring. The key is the raw request target: interLink
+// builds it as SidecarEndpoint+"/create", never with a query, an escape or another
+// slash, so any other spelling is refused rather than left to the plugin's router.
+var routes = map[string]route{
+	"/create":      {"create", http.MethodPost},
+	"/delete":      {"delete", http.MethodPost},
+	"/status":      {"status", http.MethodGet},
+	"/getLogs":     {"getLogs", http.MethodGet},
+	"/system-info": {"system-info", http.MethodGet},
+}
+
+// routeRefused labels requests refused before any route: a fixed value, so callers
+// cannot grow the label set.
+const routeRefused = "refused"
 
 // New returns the relay.
 func New(decider Decider, opts Options) (*Relay, error) {
@@ -98,15 +117,21 @@ func New(decider Decider, opts Options) (*Relay, error) {
 			// Method, headers (Interlink-Http-Session included) and body as sent; only
 			// hop-by-hop and X-Forwarded-* headers are dropped.
 			pr.SetURL(opts.Plugin.URL)
+			// ReverseProxy puts these back for an upgrade and reads them again when the
+			// plugin answers 101: without them no switch can be agreed, even if an
+			// upgrade ever got past screen.
+			pr.Out.Header.Del("Connection")
+			pr.Out.Header.Del("Upgrade")
 		},
-		Transport:     r.transport,
-		FlushInterval: -1, // /getLogs: every write reaches interLink at once
-		ErrorHandler:  r.pluginError,
-		ErrorLog:      stdlog.New(log.NewStdlibAdapter(level.Warn(opts.Logger)), "", 0),
+		ModifyResponse: refuseSwitch,
+		Transport:      r.transport,
+		FlushInterval:  -1, // /getLogs: every write reaches interLink at once
+		ErrorHandler:   r.pluginError,
+		ErrorLog:       stdlog.New(log.NewStdlibAdapter(level.Warn(opts.Logger)), "", 0),
 	}
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sar_bridge_interlink_requests_total",
-		Help: "Requests on the interLink listener, by route (create, delete, status, getLogs, other) and status code.",
+		Help: "Requests on the interLink listener, by route (create, delete, status, getLogs, system-info, refused) and status code.",
 	}, []string{"route", "code"})
 	r.creates = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sar_bridge_interlink_creates_total",
@@ -115,13 +140,14 @@ func New(decider Decider, opts Options) (*Relay, error) {
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(requests, r.creates)
 	}
+	r.refusals = requests.MustCurryWith(prometheus.Labels{"route": routeRefused})
 	r.routes = make(map[string]http.Handler, len(routes))
-	for _, route := range routes {
-		var h http.Handler = http.HandlerFunc(r.relay)
-		if route == "create" {
+	for target, rt := range routes {
+		h := r.relayed(target, rt.method)
+		if rt.label == "create" {
 			h = http.HandlerFunc(r.create)
 		}
-		r.routes[route] = promhttp.InstrumentHandlerCounter(requests.MustCurryWith(prometheus.Labels{"route": route}), r.logged(route, h))
+		r.routes[target] = promhttp.InstrumentHandlerCounter(requests.MustCurryWith(prometheus.Labels{"route": rt.label}), r.logged(rt.label, h))
 	}
 	return r, nil
 }
@@ -150,23 +176,48 @@ func setDefaults(opts *Options) {
 // CloseIdleConnections closes idle connections to the plugin.
 func (r *Relay) CloseIdleConnections() { r.transport.CloseIdleConnections() }
 
-func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	r.routes[routeOf(req.URL.Path)].ServeHTTP(w, req)
+// Server is the http.Server of the interLink listener. It speaks HTTP/1.1 only, as
+// interLink does to its plugin: Go's default on a listener without TLS, which serves
+// HTTP/2 neither by upgrade nor by prior knowledge (the preface reaches screen, which
+// refuses it). http.Protocols is left unset on purpose: with it set, Go 1.26 reads the
+// next request while a full-duplex handler's body is still being read ("invalid
+// concurrent Body.Read call"). No answer of its own to "OPTIONS *" either, so every
+// request meets screen.
+func (r *Relay) Server(readTimeout time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           r,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       readTimeout,
+		// No WriteTimeout: /getLogs with Follow streams for as long as interLink reads.
+		IdleTimeout:                  2 * time.Minute,
+		MaxHeaderBytes:               64 << 10,
+		DisableGeneralOptionsHandler: true,
+	}
 }
 
-// routeOf names the route of a path. Anything that cleans to /create in any case is a
-// create: a plugin that routed "/Create/" or "//create" as a create must not get one
-// undecided.
-func routeOf(p string) string {
-	clean := path.Clean("/" + p)
-	if strings.EqualFold(clean, "/create") {
-		return "create"
+func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if ref := screen(req); ref != nil {
+		r.refuseRequest(w, req, ref)
+		return
 	}
-	switch clean {
-	case "/delete", "/status", "/getLogs":
-		return clean[1:]
-	}
-	return "other"
+	r.routes[req.RequestURI].ServeHTTP(w, req)
+}
+
+// relayed forwards a route when it comes with the method interLink uses on it: a plugin
+// framework routing by path alone would run the handler for any other.
+func (r *Relay) relayed(target, method string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != method {
+			methodNotAllowed(w, req.Method, target, method)
+			return
+		}
+		r.relay(w, req)
+	})
+}
+
+func methodNotAllowed(w http.ResponseWriter, method, target, allowed string) {
+	w.Header().Set("Allow", allowed)
+	writeLine(w, http.StatusMethodNotAllowed, fmt.Sprintf("bad request: method %s not allowed on %s", method, target))
 }
 
 // relay forwards a request unchanged: cleanup and monitoring of admitted pods must not
@@ -188,8 +239,8 @@ func (r *Relay) relay(w http.ResponseWriter, req *http.Request) {
 // create decides a /create and forwards it only when allowed.
 func (r *Relay) create(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		r.refuse(w, http.StatusMethodNotAllowed, outcomeInvalid, fmt.Sprintf("bad request: method %s not allowed on /create", req.Method))
+		r.creates.WithLabelValues(outcomeInvalid).Inc()
+		methodNotAllowed(w, req.Method, "/create", http.MethodPost)
 		return
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
@@ -269,15 +320,36 @@ func (r *Relay) refuse(w http.ResponseWriter, status int, outcome, msg string) {
 	writeLine(w, status, msg)
 }
 
-// pluginError answers when the plugin could not be reached or broke off.
+// errSwitch is a plugin answering 101 Switching Protocols. Relayed, the answer would
+// turn interLink's connection into a raw tunnel to the plugin in which no create is
+// decided.
+var errSwitch = errors.New("the plugin answered 101 Switching Protocols, which the relay never relays")
+
+// refuseSwitch is the proxy's ModifyResponse: ReverseProxy calls it before it would
+// switch, and on an error closes the plugin's connection and calls pluginError.
+func refuseSwitch(res *http.Response) error {
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		return errSwitch
+	}
+	return nil
+}
+
+// pluginError answers when the plugin could not be reached, broke off or tried to
+// switch protocols.
 func (r *Relay) pluginError(w http.ResponseWriter, req *http.Request, err error) {
+	label := routes[req.RequestURI].label
 	if req.Context().Err() != nil {
 		// interLink went away first; nobody reads this answer.
-		level.Debug(r.logger).Log("msg", "client went away", "route", routeOf(req.URL.Path), "err", err)
+		level.Debug(r.logger).Log("msg", "client went away", "route", label, "err", err)
 		w.WriteHeader(http.StatusBadGateway)
 		return
 	}
-	level.Warn(r.logger).Log("msg", "plugin unreachable", "plugin", r.opts.Plugin.String(), "route", routeOf(req.URL.Path), "err", err)
+	if errors.Is(err, errSwitch) {
+		level.Warn(r.logger).Log("msg", "plugin tried to switch protocols", "plugin", r.opts.Plugin.String(), "route", label)
+		writeLine(w, http.StatusBadGateway, "bad gateway: "+err.Error())
+		return
+	}
+	level.Warn(r.logger).Log("msg", "plugin unreachable", "plugin", r.opts.Plugin.String(), "route", label, "err", err)
 	writeLine(w, http.StatusBadGateway, "plugin unreachable: "+err.Error())
 }
 

@@ -95,11 +95,16 @@ func benchInput(t testing.TB) map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hpc, err := ast.JSON(PodHPC(podValue))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return map[string]any{
 		"operation":   "create",
 		"pod":         pod,
 		"resources":   resources,
 		"tolerations": tolerations,
+		"hpc":         hpc,
 		"subject": benchSubject{
 			Username: "system:serviceaccount:team-a:runner",
 			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:team-a", "system:authenticated"},
@@ -460,7 +465,7 @@ func baselineInputs(t testing.TB) []any {
 // no pod object).
 func bridged(t testing.TB, in map[string]any) map[string]any {
 	t.Helper()
-	var resources, tolerations any
+	var resources, tolerations, hpc any
 	if pod, ok := in["pod"].(map[string]any); ok {
 		v, err := ast.InterfaceToValue(pod)
 		if err != nil {
@@ -473,8 +478,17 @@ func bridged(t testing.TB, in map[string]any) map[string]any {
 			t.Fatal(err)
 		}
 	}
+	// As the bridge adds it: what a pod that is not an object becomes is nothing.
+	pv, err := ast.InterfaceToValue(in["pod"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hpc, err = ast.JSON(PodHPC(pv)); err != nil {
+		t.Fatal(err)
+	}
 	in["resources"] = resources
 	in["tolerations"] = tolerations
+	in["hpc"] = hpc
 	return in
 }
 
@@ -502,5 +516,9 @@ func TestBaselineInputsVaried(t *testing.T) {
 // annotation from an input: rule 6 (interlink.rego), newer than the
 // baseline, refuses it unless the data names the subject, as benchData does.
 func withoutRestrictedAnnotations(in map[string]any) {
-	delete(in["pod"].(map[string]any)["metadata"].(map[string]any)["annotations"].(map[string]any), "slurm-job.vk.io/flags")
+	pod := in["pod"].(map[string]any)
+	delete(pod["metadata"].(map[string]any)["annotations"].(map[string]any), "slurm-job.vk.io/flags")
+	if v, err := ast.InterfaceToValue(pod); err == nil {
+		in["hpc"], _ = ast.JSON(PodHPC(v))
+	}
 }

@@ -11,11 +11,19 @@ import (
 	"k8s.io/utils/lru"
 
 	"github.com/sar-bridge/sar-bridge/astjson"
+	"github.com/sar-bridge/sar-bridge/sizedlru"
 )
 
-// memoSize bounds the memoised results of one Evaluator (one policy load), and the
-// keys it remembers without a result (see memo).
-const memoSize = 4096
+// memoSize bounds the keys one Evaluator (one policy load) remembers without a result
+// (see memo); memoBytes and memoEntryBytes bound the results it keeps by their size
+// (issue 31): a decision on a pod of 5,000 containers names every one of them in its
+// modifications, and any user who may create a pod can send such pods.
+const (
+	memoSize       = 4096
+	memoBytes      = 32 << 20
+	memoEntryBytes = 256 << 10
+	memoEntryExtra = 160 // the entry, its key and its list element, besides the value
+)
 
 // Memo lets EvalValue answer from an earlier evaluation. Salt holds everything the
 // result depends on besides the policy and the input it reads (the caller's review
@@ -55,7 +63,7 @@ type Result struct {
 // of theirs (some 3 kB) only grew the heap the garbage collector walks and pushed out
 // entries that do repeat.
 type memo struct {
-	entries *lru.Cache // key → memoEntry
+	entries *sizedlru.Cache[[sha256.Size]byte, memoEntry]
 	seen    *lru.Cache // keys evaluated once whose results were not kept
 }
 
@@ -65,14 +73,15 @@ type memoEntry struct {
 	expires time.Time
 }
 
-func newMemo(size int) *memo { return &memo{entries: lru.New(size), seen: lru.New(size)} }
+func newMemo(size int) *memo {
+	return &memo{entries: sizedlru.New[[sha256.Size]byte, memoEntry](memoBytes, memoEntryBytes), seen: lru.New(size)}
+}
 
 func (m *memo) get(key [sha256.Size]byte, now time.Time) (memoEntry, bool) {
-	v, ok := m.entries.Get(key)
+	e, ok := m.entries.Get(key)
 	if !ok {
 		return memoEntry{}, false
 	}
-	e := v.(memoEntry)
 	if !now.Before(e.expires) {
 		m.entries.Remove(key)
 		return memoEntry{}, false
@@ -87,7 +96,11 @@ func (m *memo) add(key [sha256.Size]byte, e memoEntry) {
 		return
 	}
 	m.seen.Remove(key)
-	m.entries.Add(key, e)
+	var size int64 = memoEntryExtra
+	if e.value != nil {
+		size += astjson.Size(e.value)
+	}
+	m.entries.Add(key, e, size)
 }
 
 // keyBuffers recycles the buffers memo keys are encoded into before hashing.
@@ -170,3 +183,6 @@ func (e *Evaluator) MemoStatus(ctx context.Context, path []string) (memoisable b
 	}
 	return p.footprint.memoisable(), p.footprint.reason, nil
 }
+
+// MemoBytes is what the memo's kept results hold, as charged against memoBytes.
+func (e *Evaluator) MemoBytes() int64 { return e.memo.entries.Bytes() }

@@ -35,6 +35,9 @@ const (
 	// cacheSize bounds prepared queries; paths come from callers, so the
 	// cache must not grow with whatever they send.
 	cacheSize = 128
+	// maxCachedPathBytes bounds the key of a prepared query: a longer path (a caller's
+	// made-up URL) is prepared again each time rather than kept.
+	maxCachedPathBytes = 1 << 10
 )
 
 // Options configures New.
@@ -365,14 +368,18 @@ func (e *Evaluator) prepare(_ context.Context, path []string) (*preparedQuery, e
 		if staticallyUndefined(err) {
 			// Cached as nil: rules and data are fixed for the Evaluator's
 			// lifetime, so the path stays undefined.
-			e.prepared.Add(key, (*preparedQuery)(nil))
+			if len(key) <= maxCachedPathBytes {
+				e.prepared.Add(key, (*preparedQuery)(nil))
+			}
 			return nil, nil
 		}
 		return nil, fmt.Errorf("preparing query for %s: %w", pathString(path), err)
 	}
 	// A concurrent miss may have prepared the same path; either copy works.
 	p := &preparedQuery{body: body, footprint: inputFootprint(e.compiler, ref)}
-	e.prepared.Add(key, p)
+	if len(key) <= maxCachedPathBytes {
+		e.prepared.Add(key, p)
+	}
 	return p, nil
 }
 

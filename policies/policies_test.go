@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/open-policy-agent/opa/v1/ast"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -43,7 +44,24 @@ func testInput(t testing.TB, mutate func(map[string]any)) map[string]any {
 	if mutate != nil {
 		mutate(in)
 	}
+	if _, set := in["hpc"]; !set {
+		in["hpc"] = hpcOf(t, in["pod"])
+	}
 	return in
+}
+
+// hpcOf is input.hpc of a decoded pod, as the bridge adds it.
+func hpcOf(t testing.TB, pod any) any {
+	t.Helper()
+	v, err := ast.InterfaceToValue(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := ast.JSON(PodHPC(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func setContainerCPU(cpu string) func(map[string]any) {

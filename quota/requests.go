@@ -9,9 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
-	"k8s.io/utils/lru"
 
 	"github.com/sar-bridge/sar-bridge/astjson"
+	"github.com/sar-bridge/sar-bridge/sizedlru"
 )
 
 // ResourcePods is the count of pods in a usage or a request: 1 per pod.
@@ -94,10 +94,22 @@ func (s specResources) podSpec() *corev1.PodSpec {
 }
 
 // requestCache remembers the requests of pod specs by the hash of their canonical
-// encoding: the pods of one job share a spec.
-type requestCache struct{ byHash *lru.Cache }
+// encoding: the pods of one job share a spec. Bounded by bytes: a pod may name
+// thousands of extended resources.
+type requestCache struct {
+	byHash *sizedlru.Cache[[sha256.Size]byte, corev1.ResourceList]
+}
 
-func newRequestCache() requestCache { return requestCache{byHash: lru.New(1024)} }
+const (
+	requestCacheBytes      = 4 << 20
+	requestCacheEntryBytes = 64 << 10
+	requestEntryBytes      = 128 // the entry and its key
+	requestResourceBytes   = 160 // a map entry: the name and a Quantity
+)
+
+func newRequestCache() requestCache {
+	return requestCache{byHash: sizedlru.New[[sha256.Size]byte, corev1.ResourceList](requestCacheBytes, requestCacheEntryBytes)}
+}
 
 var specPath = []*ast.Term{ast.StringTerm("spec")}
 
@@ -110,14 +122,14 @@ func (c requestCache) requests(pod ast.Value) (corev1.ResourceList, error) {
 	}
 	key := sha256.Sum256(astjson.AppendCanonical(nil, spec))
 	if l, ok := c.byHash.Get(key); ok {
-		return l.(corev1.ResourceList), nil
+		return l, nil
 	}
 	var s specResources
 	if err := decodeValue(spec, &s); err != nil {
 		return nil, fmt.Errorf("reading the pod's resources: %w", err)
 	}
 	l := PodRequests(s.podSpec())
-	c.byHash.Add(key, l)
+	c.byHash.Add(key, l, requestEntryBytes+int64(len(l))*requestResourceBytes)
 	return l, nil
 }
 

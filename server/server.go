@@ -263,14 +263,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// NewInternal returns the handler of the internal listener: /live, /ready, /metrics and
-// /debug/pprof/. live and ready return why the service is not alive or cannot decide
-// yet, or nil.
-func NewInternal(live, ready func(context.Context) error, gatherer prometheus.Gatherer) http.Handler {
+// NewInternal returns the handler of the internal listener: /live, /ready, /metrics and,
+// with profiling, /debug/pprof/. live and ready return why the service is not alive or
+// cannot decide yet, or nil.
+func NewInternal(live, ready func(context.Context) error, gatherer prometheus.Gatherer, profiling bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/live", probe("not alive", live))
 	mux.HandleFunc("/ready", probe("not ready", ready))
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	// Off unless asked for: the listener answers kubelet probes on the pod's IP, where
+	// anyone could read the command line, goroutine stacks and heap profiles, or keep a
+	// CPU profile or trace running for as long as they ask.
+	if !profiling {
+		return mux
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

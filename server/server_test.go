@@ -130,7 +130,7 @@ sar_bridge_http_requests_total{code="405",path="/v1/data"} 2
 
 func TestInternal(t *testing.T) {
 	var notReady error = errors.New("informers not synced")
-	h := NewInternal(nil, func(context.Context) error { return notReady }, prometheus.NewRegistry())
+	h := NewInternal(nil, func(context.Context) error { return notReady }, prometheus.NewRegistry(), false)
 	tests := []struct {
 		path       string
 		wantStatus int
@@ -152,5 +152,29 @@ func TestInternal(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/ready", nil))
 	if rec.Code != http.StatusOK {
 		t.Errorf("/ready when ready = %d", rec.Code)
+	}
+}
+
+// Profiles disclose memory and cost CPU: the internal listener serves them only when
+// asked to, and the probes and metrics either way.
+func TestInternalProfiling(t *testing.T) {
+	for _, tc := range []struct {
+		profiling bool
+		want      map[string]int
+	}{
+		{false, map[string]int{"/debug/pprof/": 404, "/debug/pprof/heap": 404, "/debug/pprof/cmdline": 404,
+			"/debug/pprof/profile?seconds=1": 404, "/debug/pprof/symbol": 404, "/debug/pprof/trace?seconds=1": 404,
+			"/live": 200, "/ready": 200, "/metrics": 200}},
+		{true, map[string]int{"/debug/pprof/": 200, "/debug/pprof/heap": 200, "/debug/pprof/cmdline": 200, "/debug/pprof/symbol": 200,
+			"/live": 200, "/ready": 200, "/metrics": 200}},
+	} {
+		h := NewInternal(nil, nil, prometheus.NewRegistry(), tc.profiling)
+		for path, want := range tc.want {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			if rec.Code != want {
+				t.Errorf("profiling %v: GET %s = %d, want %d", tc.profiling, path, rec.Code, want)
+			}
+		}
 	}
 }

@@ -63,7 +63,7 @@ allow if {
 decision := {
 	"allowed": true,
 	"reason": why,
-	"modifications": {"pod_annotations": annotations, "resource_limits": defaults},
+	"modifications": modifications,
 	"review": review,
 } if {
 	# Fast path (see the top): an allowed create, in one body, against the
@@ -114,13 +114,16 @@ decision := {
 	[v | v := input.pod.spec.nodeSelector[label]; v != tenant] == []
 	not input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
 
-	# Rule 6 (interlink.rego): no restricted annotation the subject may not
-	# use. Rule 7 (quota.rego): a tenant without a quota (with one, the
-	# general rules decide). Profiles exist only where nothing else of rules
-	# 6 and 7 applies.
-	# Each key is read by name (the decision memo keys on what is read).
-	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/pre-exec"]; profile.denied_annotations["slurm-job.vk.io/pre-exec"]] == []
-	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/flags"]; profile.denied_annotations["slurm-job.vk.io/flags"]] == []
+	# Rules 6 and 9 (interlink.rego, hpc.rego): a pod that sets nothing the
+	# HPC side reads (input.hpc.inert: no restricted or HPC annotation, no
+	# uid or gid, no host path, only plain words where the plugins write
+	# them unquoted), of a tenant whose settings are readable (hpc_defaults:
+	# false otherwise). Rule 7 (quota.rego): a tenant without a quota (with
+	# one, the general rules decide). Profiles exist only where nothing else
+	# of rules 6 and 7 applies.
+	input.hpc.inert == true
+	hpc := object.get(fast.hpc_defaults, tenant, fast.hpc_defaults["*"])
+	is_object(hpc)
 	not fast.quota_tenants[tenant]
 
 	# Rule 8: the site's extension packages, evaluated rather than proved
@@ -128,12 +131,15 @@ decision := {
 	# rule decision can reach is embedded: policies/fastpath.go).
 	[1 | some name; _ = data.interlink.site[name].violations[_]] == []
 
-	# Rule 5, as _pod_annotations and _resource_limits.
+	# Rule 5, as _pod_annotations, _resource_limits and _hpc_run_as_user.
 	annotations := object.union(
-		{"interlink.io/billing-project": p |
-			p := input.namespace.labels["interlink.io/billing-project"]
-			is_string(p)
-		},
+		object.union(
+			{"interlink.io/billing-project": p |
+				p := input.namespace.labels["interlink.io/billing-project"]
+				is_string(p)
+			},
+			hpc.annotations,
+		),
 		_site_pod_annotations,
 	)
 	unlimited := input.resources.unlimited
@@ -141,6 +147,7 @@ decision := {
 		d := fast.default_limits
 		some name in unlimited
 	}
+	modifications := object.union({"pod_annotations": annotations, "resource_limits": defaults}, hpc.modifications)
 } else := {
 	"allowed": allow,
 	"reason": reason,
@@ -165,10 +172,13 @@ deny contains msg if {
 
 default modifications := {"pod_annotations": {}, "resource_limits": {}}
 
-modifications := {
-	"pod_annotations": _pod_annotations,
-	"resource_limits": _resource_limits,
-} if {
+modifications := object.union(
+	{
+		"pod_annotations": _pod_annotations,
+		"resource_limits": _resource_limits,
+	},
+	_hpc_run_as_user,
+) if {
 	input.operation == "create"
 }
 
@@ -193,23 +203,41 @@ _precompute := object.union(_pre_general, {"fast": object.union(
 		"protected_keys": _pre_general.protected_keys,
 		"keyless_exists_limit": _pre_keyless_exists_limit,
 		"quota_tenants": {t: true | some t, _ in data.interlink.quota_limits._precompute.tenants},
+		"hpc_defaults": _pre_hpc_defaults,
 	},
 	{"default_limits": d | d := _pre_general.default_limits},
 )})
 
-# Every group and user data names: caps, protected taints, restricted
-# annotations. A subject's profile depends on these alone.
-_pre_named_groups := ({g |
+# The tenants' HPC defaults for an inert pod (hpc.rego's modifications), by
+# tenant and "*"; false for a tenant whose settings have errors (its pods take
+# the general rules, which refuse them).
+_pre_hpc_defaults := object.union(
+	{name: _pre_hpc_default(settings) | some name, settings in data.interlink.hpc_settings._precompute.tenants},
+	{name: false |
+		some name, _ in data.interlink.hpc_settings._precompute.tenants
+		_pre_hpc_failed(name)
+	},
+)
+
+_pre_hpc_failed(name) if data.interlink.hpc_settings._precompute.errors[name]
+
+_pre_hpc_failed(name) if {
+	name != "*"
+	data.interlink.hpc_settings._precompute.errors["*"]
+}
+
+_pre_hpc_default(settings) := {
+	"annotations": {"slurm-job.vk.io/flags": concat("", ["--account=", a]) | a := settings.account; is_string(a)},
+	"modifications": {"run_as_user": u | u := settings.uid; is_number(u)},
+}
+
+# Every group and user data names: caps and protected taints. A subject's
+# profile depends on these alone.
+_pre_named_groups := {g |
 	some [g, _, _, _] in _pre_caps
 } | {g |
 	some p in _pre_general.protected[_][_]
 	some g, _ in p.groups
-}) | {g |
-	some key in _restricted_annotation_keys
-	gs := data.interlink.restricted_annotations[key].groups
-	is_array(gs)
-	some g in gs
-	is_string(g)
 }
 
 # How many keyless Exists tolerations (which tolerate every taint) a pod may
@@ -221,12 +249,6 @@ _pre_keyless_exists_limit := 0 if {
 _pre_named_users := {u |
 	some p in _pre_general.protected[_][_]
 	some u, _ in p.users
-} | {u |
-	some key in _restricted_annotation_keys
-	us := data.interlink.restricted_annotations[key].users
-	is_array(us)
-	some u in us
-	is_string(u)
 }
 
 # The profiles of subjects: {user key: {subset key: profile}}, by "*" for a
@@ -236,8 +258,6 @@ _pre_named_users := {u |
 # _pre_profile_key):
 #
 #   cpu, memory:         the subject's cap (its groups' largest), or "none"
-#   denied_annotations:  {key: true}, the restricted annotations it may
-#                        not use
 #   denied_tolerations:  {key: {value: true}}, the protected taints it
 #                        may not tolerate (keys it may tolerate left out)
 #
@@ -268,10 +288,6 @@ _pre_profile_key(sub) := concat("", {_pre_group_codes[g] | some g, _ in sub})
 _pre_profile(user, sub) := {
 	"cpu": _pre_profile_cap(sub, "cpu"),
 	"memory": _pre_profile_cap(sub, "memory"),
-	"denied_annotations": {key: true |
-		some key in _restricted_annotation_keys
-		not _pre_annotation_allowed(user, sub, key)
-	},
 	"denied_tolerations": {key: denied |
 		some key, values in _pre_general.protected
 		denied := {value: true |
@@ -287,20 +303,6 @@ _pre_profile_cap(sub, res) := vs[0] if {
 	vs := [c.value | some c in _pre_general.caps[res]; sub[c.group]]
 	count(vs) > 0
 } else := "none"
-
-_pre_annotation_allowed(user, _, key) if {
-	is_string(user)
-	us := data.interlink.restricted_annotations[key].users
-	is_array(us)
-	user in us
-}
-
-_pre_annotation_allowed(_, sub, key) if {
-	gs := data.interlink.restricted_annotations[key].groups
-	is_array(gs)
-	some g in gs
-	sub[g]
-}
 
 _pre_entry_allows(e, user, _) if e.users[user]
 
@@ -659,6 +661,10 @@ violations contains msg if {
 	some msg in _quota_violations
 }
 
+violations contains msg if {
+	some msg in _hpc_violations
+}
+
 # Rule 8: a site's own rules, in extension packages (README, "Writing
 # policies"): package interlink.site.<name> may define violations (a set of
 # messages, each refusing the pod) and pod_annotations (an object merged into
@@ -686,8 +692,9 @@ _site_pod_annotations := {k: v |
 # Modifications (rule 5)
 # ---------------------------------------------------------------------------
 
-# The billing project, then the site's annotations (which win on a shared key).
-_pod_annotations := object.union(_billing_annotation, _site_pod_annotations)
+# The billing project and the tenant's HPC defaults (hpc.rego), then the site's
+# annotations (which win on a shared key).
+_pod_annotations := object.union(object.union(_billing_annotation, _hpc_pod_annotations), _site_pod_annotations)
 
 _billing_annotation := {"interlink.io/billing-project": v} if {
 	v := input.namespace.labels["interlink.io/billing-project"]

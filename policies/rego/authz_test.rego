@@ -47,7 +47,11 @@ base := {
 		"allocatable": {"cpu": "8", "memory": "32Gi"},
 	},
 	"review": review_ok,
+	"hpc": inert_hpc,
 }
+
+# input.hpc of a pod that sets nothing the HPC side reads (policies/hpc.go).
+inert_hpc := {"inert": true, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false}
 
 # with_spec merges extra fields into the base pod spec.
 with_spec(extra) := object.union(base, {"pod": object.union(base.pod, {"spec": object.union(base.pod.spec, extra)})})
@@ -818,13 +822,17 @@ test_precompute_profiles_by_user if {
 	pre.fast.profiles[concat("", ["user:", sa])][""].denied_tolerations == {}
 }
 
-# Restricted annotations: nobody may use them unless data says who.
-test_precompute_profiles_annotations if {
-	pre := authz._precompute
-	pre.fast.profiles["*"][""].denied_annotations == {"slurm-job.vk.io/flags": true, "slurm-job.vk.io/pre-exec": true}
-	opened := authz._precompute with data.interlink.restricted_annotations as {"slurm-job.vk.io/flags": {"groups": [team_group]}}
-	opened.fast.profiles["*"][profile_key(opened, [team_group])].denied_annotations == {"slurm-job.vk.io/pre-exec": true}
-	opened.fast.profiles["*"][""].denied_annotations == {"slurm-job.vk.io/flags": true, "slurm-job.vk.io/pre-exec": true}
+# The tenants' HPC defaults for inert pods: a tenant with errors, or every
+# tenant when "*" has them, has none (the general rules refuse its pods).
+test_precompute_hpc_defaults if {
+	pre := authz._precompute with data.interlink.hpc.tenants as {"*": {"uid": 20000}, "team-x": {"account": "proj-x"}, "bad": {"uid": "root"}}
+	pre.fast.hpc_defaults == {
+		"*": {"annotations": {}, "modifications": {"run_as_user": 20000}},
+		"team-x": {"annotations": {"slurm-job.vk.io/flags": "--account=proj-x"}, "modifications": {"run_as_user": 20000}},
+		"bad": false,
+	}
+	broken := authz._precompute with data.interlink.hpc.tenants as {"*": {"mount_prefixes": ["scratch"]}, "team-x": {}}
+	broken.fast.hpc_defaults == {"*": false, "team-x": false}
 }
 
 # Where rule 6 or 7 applies to every pod, there is no profile, so no fast path.

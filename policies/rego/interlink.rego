@@ -16,37 +16,88 @@ package interlink.authz
 # 6a. Restricted annotations
 # ---------------------------------------------------------------------------
 
-# interLink's SLURM plugin puts slurm-job.vk.io/pre-exec into the job script
-# as shell and slurm-job.vk.io/flags into sbatch's options: both run, or
-# shape, what runs under the plugin's HPC account, unchecked. So they are
-# restricted whether or not data names them (fail closed): data only says
-# who may use them, and without an entry nobody may. To open one to every
-# subject, list the group system:authenticated.
+# interLink's plugins put these annotations into the job script as shell, run
+# outside the container under the plugin's HPC account (FACTS.md; policies/hpc.go):
+#
+#   slurm-job.vk.io/pre-exec                 script text before the job
+#   slurm-job.vk.io/mpi-flags                prepended to the container's command
+#   interlink.eu/wstunnel-client-commands    script text
+#   interlink.eu/pod-ip                      `export POD_IP=<value>`, unquoted
+#
+# So they are refused whether or not data names them (fail closed): data only
+# says who may use them (restricted_annotations), and without an entry nobody
+# may. To open one to every subject, list the group system:authenticated. Two
+# values pass without an entry, as they are no shell of the pod's: a pod-ip that
+# is an IP address, and what the Virtual Kubelet itself wrote for interLink's
+# mesh networking (see _written_by_vk). slurm-job.vk.io/flags is judged option by
+# option (hpc.rego); subjects listed for it may set any option but --uid and
+# --gid, with the values of the options that choose who pays or where it runs
+# still checked.
 #
 # Each key is read by name, never the annotations as a whole: the decision
 # memo keys on what the policy reads, and the pods of an indexed Job differ
 # in their batch.kubernetes.io/job-completion-index annotation. Data cannot
 # add keys for the same reason; a key this policy does not know is refused
 # (see below) rather than silently left unchecked.
-#
-# A violation: the key is set, and the subject is neither a listed user nor
-# in a listed group (data read once; a "list" that is not one names no one).
 _interlink_violations contains msg if {
 	input.operation == "create"
-	_ = input.pod.metadata.annotations["slurm-job.vk.io/pre-exec"]
-	entries := [e | e := data.interlink.restricted_annotations["slurm-job.vk.io/pre-exec"]]
-	count([1 | some e in entries; us := e.users; is_array(us); input.subject.username in us]) == 0
-	count([1 | some e in entries; gs := e.groups; is_array(gs); some g in input.subject.groups; g in gs]) == 0
+	v := input.pod.metadata.annotations["slurm-job.vk.io/pre-exec"]
+	not _restricted_allowed("slurm-job.vk.io/pre-exec")
+	not _mesh_pre_exec(v)
 	msg := _restricted_annotation_message("slurm-job.vk.io/pre-exec")
 }
 
 _interlink_violations contains msg if {
 	input.operation == "create"
-	_ = input.pod.metadata.annotations["slurm-job.vk.io/flags"]
-	entries := [e | e := data.interlink.restricted_annotations["slurm-job.vk.io/flags"]]
-	count([1 | some e in entries; us := e.users; is_array(us); input.subject.username in us]) == 0
-	count([1 | some e in entries; gs := e.groups; is_array(gs); some g in input.subject.groups; g in gs]) == 0
-	msg := _restricted_annotation_message("slurm-job.vk.io/flags")
+	_ = input.pod.metadata.annotations["slurm-job.vk.io/mpi-flags"]
+	not _restricted_allowed("slurm-job.vk.io/mpi-flags")
+	msg := _restricted_annotation_message("slurm-job.vk.io/mpi-flags")
+}
+
+_interlink_violations contains msg if {
+	input.operation == "create"
+	_ = input.pod.metadata.annotations["interlink.eu/wstunnel-client-commands"]
+	not _restricted_allowed("interlink.eu/wstunnel-client-commands")
+	not input.hpc.writers["interlink.eu/wstunnel-client-commands"] == "vk"
+	msg := _restricted_annotation_message("interlink.eu/wstunnel-client-commands")
+}
+
+_interlink_violations contains msg if {
+	input.operation == "create"
+	v := input.pod.metadata.annotations["interlink.eu/pod-ip"]
+	not input.hpc.pod_ip.valid == true
+	not _restricted_allowed("interlink.eu/pod-ip")
+	msg := sprintf("annotation %q is %q, not an IP address: the SLURM plugin writes it unquoted into the job script (export POD_IP=...); %s", ["interlink.eu/pod-ip", v, _restricted_annotation_message("interlink.eu/pod-ip")])
+}
+
+# The subject may use key: a listed user, or in a listed group (data read once;
+# a "list" that is not one names no one).
+_restricted_allowed(key) if {
+	us := data.interlink.restricted_annotations[key].users
+	is_array(us)
+	input.subject.username in us
+}
+
+_restricted_allowed(key) if {
+	gs := data.interlink.restricted_annotations[key].groups
+	is_array(gs)
+	some g in input.subject.groups
+	g in gs
+}
+
+# interLink's full-mesh networking: the Virtual Kubelet prepends its generated
+# script to pre-exec, a heredoc the SLURM plugin writes to mesh.sh and runs, and
+# patches the annotation into the pod in the API server. sar-bridge (the relay,
+# the Data API) reads the live pod: input.hpc.writers[key] is "vk" when the value
+# sent is the live one and the pod's managedFields give it to a field manager of
+# the Virtual Kubelet (--interlink.vk-field-managers). The value must then be the
+# heredoc and nothing after it: the VK puts a tenant's own pre-exec right after
+# its script, and that text stays refused.
+_mesh_pre_exec(v) if {
+	input.hpc.writers["slurm-job.vk.io/pre-exec"] == "vk"
+	startswith(v, "cat <<'EOFMESH' > $TMPDIR/mesh.sh\n")
+	endswith(v, "\nEOFMESH")
+	count(indexof_n(v, "\nEOFMESH")) == 1
 }
 
 _restricted_annotation_message(key) := sprintf("annotation %q is restricted: subject %q is not among its allowed users %v or groups %v (data.interlink.restricted_annotations)", [key, _interlink_subject, _configured_names(key, "users"), _configured_names(key, "groups")])
@@ -57,7 +108,10 @@ _configured_names(key, kind) := [n | ns := data.interlink.restricted_annotations
 # The keys restricted above; authz.rego's fast path and _precompute read this
 # file's documents (_restricted_annotation_keys, _unknown_restricted_keys) so
 # that what it proves is what these rules check.
-_restricted_annotation_keys := {"slurm-job.vk.io/flags", "slurm-job.vk.io/pre-exec"}
+_restricted_annotation_keys := {
+	"slurm-job.vk.io/flags", "slurm-job.vk.io/pre-exec", "slurm-job.vk.io/mpi-flags",
+	"interlink.eu/wstunnel-client-commands", "interlink.eu/pod-ip",
+}
 
 # Keys the admin restricts that this policy cannot (data alone).
 _unknown_restricted_keys contains key if {
@@ -72,7 +126,7 @@ _unknown_restricted_keys contains key if {
 _interlink_violations contains msg if {
 	input.operation == "create"
 	some key in _unknown_restricted_keys
-	msg := sprintf("data.interlink.restricted_annotations names %q, which the default policy cannot restrict (it restricts slurm-job.vk.io/flags and slurm-job.vk.io/pre-exec): remove it, or check it in a policy of your own", [key])
+	msg := sprintf("data.interlink.restricted_annotations names %q, which the default policy cannot restrict (it restricts %s): remove it, or check it in a policy of your own", [key, concat(", ", sort(_restricted_annotation_keys))])
 }
 
 # ---------------------------------------------------------------------------

@@ -30,13 +30,30 @@ base := {
 	"namespace": {"name": "team-a", "labels": {}, "annotations": {}},
 	"node": {"name": "vk-a", "found": true, "labels": {"interlink.io/tenant": "tenant-a"}, "taints": [], "allocatable": {}},
 	"review": review_ok,
+	"hpc": inert_hpc,
 }
+
+# input.hpc as sar-bridge derives it (policies/hpc.go): of a pod that sets nothing
+# the HPC side reads, and of one that sets annotations the plugins read.
+inert_hpc := {"inert": true, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false}
+
+set_hpc := object.union(inert_hpc, {"inert": false})
 
 admin := {"username": "system:serviceaccount:hpc-admins:ops", "uid": "", "groups": ["system:authenticated", admins], "extra": {}}
 
 alice := {"username": "alice", "uid": "", "groups": ["system:authenticated"], "extra": {}}
 
-annotated(annotations) := object.union(base, {"pod": object.union(base.pod, {"metadata": object.union(base.pod.metadata, {"annotations": annotations})})})
+annotated(annotations) := object.union(base, {
+	"pod": object.union(base.pod, {"metadata": object.union(base.pod.metadata, {"annotations": annotations})}),
+	"hpc": set_hpc,
+})
+
+# with_flags is annotated with flags, and their sbatch options as hpc.go reads them.
+with_flags(annotations, options) := object.union(annotated(annotations), {"hpc": object.union(set_hpc, {"sbatch": {
+	"options": options,
+	"order": [name | some name, _ in options],
+	"error": null,
+}})})
 
 as_subject(inp, s) := object.union(inp, {"subject": s})
 
@@ -67,14 +84,15 @@ test_annotation_denied_by_default if {
 	d.reason == "annotation \"slurm-job.vk.io/pre-exec\" is restricted: subject \"system:serviceaccount:team-a:runner\" is not among its allowed users [] or groups [] (data.interlink.restricted_annotations)"
 }
 
+# Flags are judged option by option (hpc.rego): no option is allowed by default.
 test_annotation_flags_denied_by_default if {
-	d := authz.decision with input as annotated({"slurm-job.vk.io/flags": "--partition=debug"})
+	d := authz.decision with input as with_flags({"slurm-job.vk.io/flags": "--partition=debug"}, {"--partition": "debug"})
 	d.allowed == false
-	startswith(d.reason, "annotation \"slurm-job.vk.io/flags\" is restricted")
+	d.reason == "sbatch option --partition=debug (annotation \"slurm-job.vk.io/flags\") is not allowed for tenant \"tenant-a\": allowed none (data.interlink.hpc.tenants)"
 }
 
 test_annotation_absent_allowed_by_default if {
-	authz.decision.allowed with input as annotated({"interlink.eu/pod-vpn": "true", "slurm-job.vk.io/singularity-options": "--nv"})
+	authz.decision.allowed with input as object.union(annotated({"interlink.eu/pod-vpn": "true"}), {"hpc": inert_hpc})
 }
 
 test_annotation_pre_exec_by_listed_group_allowed if {
@@ -82,25 +100,26 @@ test_annotation_pre_exec_by_listed_group_allowed if {
 		with data.interlink.restricted_annotations as restricted
 }
 
+# Subjects listed for flags may set any option but --uid and --gid (hpc.rego).
 test_annotation_flags_by_listed_user_allowed if {
-	authz.decision.allowed with input as as_subject(annotated({"slurm-job.vk.io/flags": "--time=1:00:00"}), alice)
+	authz.decision.allowed with input as as_subject(with_flags({"slurm-job.vk.io/flags": "--time=1:00:00"}, {"--time": "1:00:00"}), alice)
 		with data.interlink.restricted_annotations as restricted
 }
 
 test_annotation_pre_exec_by_user_listed_for_flags_only_denied if {
-	d := authz.decision with input as as_subject(annotated({"slurm-job.vk.io/pre-exec": "id", "slurm-job.vk.io/flags": "--time=1"}), alice)
+	d := authz.decision with input as as_subject(with_flags({"slurm-job.vk.io/pre-exec": "id", "slurm-job.vk.io/flags": "--time=1"}, {"--time": "1"}), alice)
 		with data.interlink.restricted_annotations as restricted
 	d.allowed == false
 	d.reason == "annotation \"slurm-job.vk.io/pre-exec\" is restricted: subject \"alice\" is not among its allowed users [] or groups [\"system:serviceaccounts:hpc-admins\"] (data.interlink.restricted_annotations)"
 }
 
 test_annotation_by_someone_else_denied if {
-	d := authz.decision with input as annotated({"slurm-job.vk.io/pre-exec": "id", "slurm-job.vk.io/flags": "--time=1"})
+	d := authz.decision with input as with_flags({"slurm-job.vk.io/pre-exec": "id", "slurm-job.vk.io/flags": "--time=1"}, {"--time": "1"})
 		with data.interlink.restricted_annotations as restricted
 	d.allowed == false
 	d.reason == concat("; ", [
-		"annotation \"slurm-job.vk.io/flags\" is restricted: subject \"system:serviceaccount:team-a:runner\" is not among its allowed users [\"alice\"] or groups [\"system:serviceaccounts:hpc-admins\"] (data.interlink.restricted_annotations)",
 		"annotation \"slurm-job.vk.io/pre-exec\" is restricted: subject \"system:serviceaccount:team-a:runner\" is not among its allowed users [] or groups [\"system:serviceaccounts:hpc-admins\"] (data.interlink.restricted_annotations)",
+		"sbatch option --time (annotation \"slurm-job.vk.io/flags\") is not allowed for tenant \"tenant-a\": allowed none (data.interlink.hpc.tenants)",
 	])
 }
 
@@ -111,14 +130,14 @@ test_annotation_empty_value_restricted if {
 
 # Opening a key to everyone is an explicit grant.
 test_annotation_open_to_all_authenticated if {
-	authz.allow with input as annotated({"slurm-job.vk.io/flags": "--time=1"})
+	authz.allow with input as with_flags({"slurm-job.vk.io/flags": "--time=1"}, {"--time": "1"})
 		with data.interlink.restricted_annotations as {"slurm-job.vk.io/flags": {"groups": ["system:authenticated"]}}
 }
 
 # Mistyped entries allow no one rather than everyone.
 test_annotation_mistyped_entry_allows_no_one if {
 	every entry in [{"users": "alice"}, {"groups": {"a": "system:authenticated"}}, "alice", [], null] {
-		not authz.allow with input as as_subject(annotated({"slurm-job.vk.io/flags": "x"}), alice)
+		not authz.allow with input as as_subject(with_flags({"slurm-job.vk.io/flags": "--time=1"}, {"--time": "1"}), alice)
 			with data.interlink.restricted_annotations as {"slurm-job.vk.io/flags": entry}
 	}
 }
@@ -127,7 +146,7 @@ test_annotation_unknown_key_in_data_refuses_creates if {
 	d := authz.decision with input as base
 		with data.interlink.restricted_annotations as object.union(restricted, {"slurm-job.vk.io/singularity-mounts": {"groups": [admins]}})
 	d.allowed == false
-	d.reason == "data.interlink.restricted_annotations names \"slurm-job.vk.io/singularity-mounts\", which the default policy cannot restrict (it restricts slurm-job.vk.io/flags and slurm-job.vk.io/pre-exec): remove it, or check it in a policy of your own"
+	d.reason == "data.interlink.restricted_annotations names \"slurm-job.vk.io/singularity-mounts\", which the default policy cannot restrict (it restricts interlink.eu/pod-ip, interlink.eu/wstunnel-client-commands, slurm-job.vk.io/flags, slurm-job.vk.io/mpi-flags, slurm-job.vk.io/pre-exec): remove it, or check it in a policy of your own"
 }
 
 test_annotation_rules_ignored_for_delete_and_status if {

@@ -33,6 +33,8 @@ type BridgeOptions struct {
 	LogPath string
 	// ReadyTimeout bounds the wait for /ready (default 60s).
 	ReadyTimeout time.Duration
+	// Env is added to the test's environment (e.g. GOMEMLIMIT, as the manifests set it).
+	Env []string
 }
 
 // Bridge is a running sar-bridge subprocess.
@@ -95,6 +97,9 @@ func StartBridge(opts BridgeOptions) (*Bridge, error) {
 	fmt.Fprintf(lf, "# %s %s\n", opts.Binary, strings.Join(args, " "))
 	cmd := exec.Command(opts.Binary, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
+	if len(opts.Env) > 0 {
+		cmd.Env = append(os.Environ(), opts.Env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	b := &Bridge{
 		URL:         fmt.Sprintf("http://127.0.0.1:%d", pub),
@@ -124,6 +129,9 @@ func StartBridge(opts BridgeOptions) (*Bridge, error) {
 	}
 	return b, nil
 }
+
+// PID is the process's id.
+func (b *Bridge) PID() int { return b.cmd.Process.Pid }
 
 // Exited reports whether the process has exited.
 func (b *Bridge) Exited() bool {

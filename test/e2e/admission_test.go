@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +43,7 @@ const (
 	admBilling   = "proj-adm"
 	podsHook     = "pods.sar-bridge.interlink.io"
 	bindingHook  = "bindings.sar-bridge.interlink.io"
+	workloadHook = "workloads.sar-bridge.interlink.io"
 	admittedHook = "sar_bridge_admission_requests_total"
 	decisionsTot = "sar_bridge_decisions_total"
 	gpuKey       = "hpc.example/gpu" // the suite policy data's protected taint
@@ -90,6 +93,12 @@ rules:
   - apiGroups: [""]
     resources: ["pods"]
     verbs: ["create", "get", "list", "update", "patch"]
+  - apiGroups: ["batch"]
+    resources: ["jobs", "cronjobs"]
+    verbs: ["create", "get", "update", "patch"]
+  - apiGroups: ["apps"]
+    resources: ["deployments"]
+    verbs: ["create", "get", "update", "patch"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -171,7 +180,30 @@ func (u *admUser) kubectlCreate(t *testing.T, pod *corev1.Pod) (stdout, stderr s
 // addToleration patches a toleration onto a pod as the user (kubectl patch, a JSON patch).
 func (u *admUser) addToleration(t *testing.T, pod string, tol corev1.Toleration) (stdout, stderr string, code int) {
 	t.Helper()
-	value, err := yaml.Marshal(tol)
+	return u.kubectlPatch(t, "pod", pod, fmt.Sprintf(`[{"op":"add","path":"/spec/tolerations/-","value":%s}]`, toJSON(t, tol)))
+}
+
+// kubectlPatch runs `kubectl patch --type=json` on an object of admNS as the user.
+func (u *admUser) kubectlPatch(t *testing.T, kind, name, patch string) (stdout, stderr string, code int) {
+	t.Helper()
+	return runCmd(t, "", kubectlPath(t), "--kubeconfig", u.kubeconfig, "--cache-dir", filepath.Join(filepath.Dir(u.kubeconfig), "cache"),
+		"-n", admNS, "patch", kind, name, "--type=json", "-p", patch)
+}
+
+// kubectlCreateObject runs `kubectl create -f -` with any object as the user.
+func (u *admUser) kubectlCreateObject(t *testing.T, obj any, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	body, err := yaml.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runCmd(t, string(body), kubectlPath(t), append([]string{"--kubeconfig", u.kubeconfig, "--cache-dir", filepath.Join(filepath.Dir(u.kubeconfig), "cache"),
+		"create", "-f", "-"}, args...)...)
+}
+
+func toJSON(t *testing.T, v any) string {
+	t.Helper()
+	value, err := yaml.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,9 +211,18 @@ func (u *admUser) addToleration(t *testing.T, pod string, tol corev1.Toleration)
 	if err != nil {
 		t.Fatal(err)
 	}
-	patch := fmt.Sprintf(`[{"op":"add","path":"/spec/tolerations/-","value":%s}]`, js)
-	return runCmd(t, "", kubectlPath(t), "--kubeconfig", u.kubeconfig, "--cache-dir", filepath.Join(filepath.Dir(u.kubeconfig), "cache"),
-		"-n", admNS, "patch", "pod", pod, "--type=json", "-p", patch)
+	return string(js)
+}
+
+// admJob is a Job of admNS whose pod template is admPod's with opts.
+func admJob(name string, opts ...podOpt) *batchv1.Job {
+	p := admPod(name, opts...)
+	p.Spec.RestartPolicy = corev1.RestartPolicyNever
+	return &batchv1.Job{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: admNS, Name: name},
+		Spec:       batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: p.Spec}},
+	}
 }
 
 // admPod is a pod of admNS with one container "main" and no resources.
@@ -308,6 +349,8 @@ func TestAdmission(t *testing.T) {
 		attrs  authorizationv1.ResourceAttributes
 	}{
 		{"alice", nil, authorizationv1.ResourceAttributes{Namespace: admNS, Verb: "create", Resource: "pods"}},
+		{"alice", nil, authorizationv1.ResourceAttributes{Namespace: admNS, Verb: "patch", Group: "apps", Resource: "deployments"}},
+		{"bob", nil, authorizationv1.ResourceAttributes{Namespace: admNS, Verb: "create", Group: "batch", Resource: "jobs"}},
 		{"bob", nil, authorizationv1.ResourceAttributes{Namespace: admNS, Verb: "create", Group: "interlink.io", Resource: "pods"}},
 		{sa("team-a", "runner"), cluster.ServiceAccountGroups("team-a"), authorizationv1.ResourceAttributes{Namespace: admNS, Verb: "create", Group: "interlink.io", Resource: "pods"}},
 		{sa("team-a", "runner"), cluster.ServiceAccountGroups("team-a"), authorizationv1.ResourceAttributes{Namespace: admNS, Verb: "patch", Resource: "pods"}},
@@ -334,7 +377,9 @@ func TestAdmission(t *testing.T) {
 	if err := serving.WriteFiles(certFile, keyFile); err != nil {
 		t.Fatal(err)
 	}
-	b := newBridge(t, "--tls.server.cert-file="+certFile, "--tls.server.key-file="+keyFile)
+	// With a site's own rule (site_rules_test.go), which turns the fast path off and
+	// must refuse through the webhooks too.
+	b := newBridge(t, "--tls.server.cert-file="+certFile, "--tls.server.key-file="+keyFile, "--policies="+siteRulesDir(t))
 
 	v, m := webhookConfigs(t, b.HTTPSURL(), ca.CertPEM)
 	reg := c.Client.AdmissionregistrationV1()
@@ -384,6 +429,11 @@ func TestAdmission(t *testing.T) {
 		if got := pod.Spec.Containers[0].Resources.Limits; !quantitiesEqual(got, want) {
 			t.Errorf("limits %v, want the policy's default limits %v", got, want)
 		}
+	})
+
+	t.Run("a site rule in --policies refuses the pod", func(t *testing.T) {
+		_, stderr, code := bob.kubectlCreate(t, admPod("bob-site", withNodeName(admVK), withSiteForbidden))
+		wantDenied(t, "bob, a pod the site rule refuses", stderr, code, podsHook, siteRuleMessage)
 	})
 
 	t.Run("a pod for an ordinary node is untouched and causes no review", func(t *testing.T) {
@@ -467,6 +517,96 @@ func TestAdmission(t *testing.T) {
 		}
 		if n := len(pod.Spec.Tolerations); n == 0 || pod.Spec.Tolerations[n-1] != a100 {
 			t.Errorf("tolerations %v, want a100 last", pod.Spec.Tolerations)
+		}
+	})
+
+	t.Run("an UPDATE that swaps a duplicate toleration for the virtual one is refused", func(t *testing.T) {
+		// [T0, T0] is a valid pod that aims nowhere (no call); an update may replace the
+		// second T0 as long as every old toleration still appears. Same size, one new
+		// toleration: the webhooks must be called and the bridge must judge it.
+		t0 := corev1.Toleration{Key: "example.com/other", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+		virtual := corev1.Toleration{Key: "virtual-node.interlink/no-schedule", Operator: corev1.TolerationOpExists}
+		stdout, stderr, code := alice.kubectlCreate(t, admPod("dup-1", withToleration(t0), withToleration(t0)))
+		wantCreated(t, "alice, [T0, T0]", stdout, stderr, code, "dup-1")
+		_, stderr, code = alice.kubectlPatch(t, "pod", "dup-1", fmt.Sprintf(`[{"op":"replace","path":"/spec/tolerations/1","value":%s}]`, toJSON(t, virtual)))
+		wantDenied(t, "alice, [T0, T0] -> [T0, Tvirt]", stderr, code, podsHook, aliceDenied)
+		stdout, stderr, code = alice.kubectlCreate(t, admPod("dup-2", withToleration(t0)))
+		wantCreated(t, "alice, [T0]", stdout, stderr, code, "dup-2")
+		_, stderr, code = alice.addToleration(t, "dup-2", virtual)
+		wantDenied(t, "alice, [T0] -> [T0, Tvirt]", stderr, code, podsHook, aliceDenied)
+		for _, name := range []string{"dup-1", "dup-2"} {
+			pod, err := c.Client.CoreV1().Pods(admNS).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// (The API server's DefaultTolerationSeconds adds two NoExecute tolerations.)
+			if slices.Contains(pod.Spec.Tolerations, virtual) {
+				t.Errorf("%s: the refused update was stored: tolerations %v", name, pod.Spec.Tolerations)
+			}
+		}
+		// bob may offload: the same swap is his to make.
+		stdout, stderr, code = bob.kubectlCreate(t, admPod("dup-3", withToleration(t0), withToleration(t0)))
+		wantCreated(t, "bob, [T0, T0]", stdout, stderr, code, "dup-3")
+		stdout, stderr, code = bob.kubectlPatch(t, "pod", "dup-3", fmt.Sprintf(`[{"op":"replace","path":"/spec/tolerations/1","value":%s}]`, toJSON(t, virtual)))
+		if code != 0 || stdout != "pod/dup-3 patched\n" || stderr != "" {
+			t.Errorf("bob, [T0, T0] -> [T0, Tvirt]: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+	})
+
+	t.Run("workloads aimed at virtual nodes are judged as the user who makes them", func(t *testing.T) {
+		aimed := withNodeSelector(map[string]string{"virtual-node.interlink/type": "virtual-kubelet"})
+		_, stderr, code := alice.kubectlCreateObject(t, admJob("alice-job", aimed))
+		wantDenied(t, "alice, a Job aimed at virtual nodes", stderr, code, workloadHook, "pod template of job/alice-job: "+aliceDenied)
+		if _, err := c.Client.BatchV1().Jobs(admNS).Get(ctx, "alice-job", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the refused Job exists: %v", err)
+		}
+
+		// A CronJob's template is in its jobTemplate; tolerating the virtual taint aims it.
+		j := admJob("alice-cron", withToleration(corev1.Toleration{Key: "virtual-node.interlink/no-schedule", Operator: corev1.TolerationOpExists}))
+		_, stderr, code = alice.kubectlCreateObject(t, &batchv1.CronJob{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"},
+			ObjectMeta: j.ObjectMeta,
+			Spec:       batchv1.CronJobSpec{Schedule: "@daily", JobTemplate: batchv1.JobTemplateSpec{Spec: j.Spec}},
+		})
+		wantDenied(t, "alice, a CronJob tolerating the virtual taint", stderr, code, workloadHook, "pod template of cronjob/alice-cron: "+aliceDenied)
+
+		stdout, stderr, code := bob.kubectlCreateObject(t, admJob("bob-job", aimed))
+		if code != 0 || stdout != "job.batch/bob-job created\n" || stderr != "" {
+			t.Errorf("bob, a Job aimed at virtual nodes: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		// A dry run is decided like the real request, and says nothing is reserved.
+		stdout, stderr, code = bob.kubectlCreateObject(t, admJob("bob-dry", aimed), "--dry-run=server")
+		if want := "Warning: sar-bridge: dry run decided as the request would be; nothing is reserved\n"; code != 0 ||
+			stdout != "job.batch/bob-dry created (server dry run)\n" || stderr != want {
+			t.Errorf("bob, dry run: exit %d, stdout %q, stderr %q; want the warning %q", code, stdout, stderr, want)
+		}
+
+		// A workload aimed nowhere is not even sent to the bridge.
+		before := readCounters(t, b)
+		stdout, stderr, code = alice.kubectlCreateObject(t, &appsv1.Deployment{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: admNS, Name: "alice-deploy"},
+			Spec: appsv1.DeploymentSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "alice"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "alice"}}, Spec: admPod("x").Spec},
+			},
+		})
+		if code != 0 || stdout != "deployment.apps/alice-deploy created\n" || stderr != "" {
+			t.Fatalf("alice, a Deployment aimed nowhere: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		if after := readCounters(t, b); after != before {
+			t.Errorf("counters %+v, want %+v (no call, no decision)", after, before)
+		}
+		// Aiming its template at virtual nodes later is judged too.
+		_, stderr, code = alice.kubectlPatch(t, "deployment", "alice-deploy",
+			`[{"op":"add","path":"/spec/template/spec/tolerations","value":[{"key":"virtual-node.interlink/no-schedule","operator":"Exists"}]}]`)
+		wantDenied(t, "alice, aiming a Deployment's template", stderr, code, workloadHook, "pod template of deployment/alice-deploy: "+aliceDenied)
+		d, err := c.Client.AppsV1().Deployments(admNS).Get(ctx, "alice-deploy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tols := d.Spec.Template.Spec.Tolerations; len(tols) != 0 {
+			t.Errorf("the refused update was stored: tolerations %v", tols)
 		}
 	})
 

@@ -844,7 +844,7 @@ func TestChartAllOnStarts(t *testing.T) {
 		"--tls.client-ca-file=":      file("--tls.client-ca-file="),
 	}
 	args := rewriteArgs(d.Spec.Template.Spec.Containers[0].Args, rules)
-	for _, want := range []string{"--authn.mode=mtls", "--review.node-access", "--interlink.insecure-allow-any-caller", "--cache.size=20000"} {
+	for _, want := range []string{"--authn.mode=mtls", "--review.node-access", "--interlink.insecure-allow-any-caller", "--cache.size=20000", "--web.enable-pprof"} {
 		if !slices.Contains(args, want) {
 			t.Fatalf("the all-on args %q lack %s", args, want)
 		}
@@ -869,6 +869,10 @@ subjects:
 	stopAtCleanup(t, b)
 	if err != nil {
 		t.Fatalf("the all-on args %q: %v", args, err)
+	}
+	// pprof.enabled: the internal listener serves profiles.
+	if code, _, err := b.Get(b.InternalURL + "/debug/pprof/"); err != nil || code != http.StatusOK {
+		t.Errorf("GET /debug/pprof/ with pprof.enabled: %d %v", code, err)
 	}
 	client, err := ca.ClientCert("chart-mtls-caller")
 	if err != nil {
@@ -903,5 +907,24 @@ subjects:
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK || string(got) != cluster.PluginCreateAnswer {
 		t.Errorf("relayed create: HTTP %d %q", res.StatusCode, got)
+	}
+}
+
+// By default the chart serves no profiles: the internal port answers the kubelet's probes
+// on the pod's IP (manifests/base says the same: TestChartMatchesKustomize).
+func TestChartProfilingOff(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--set", "pprof.enabled=false"}, false},
+		{[]string{"--set", "pprof.enabled=true"}, true},
+	} {
+		d := findIn[appsv1.Deployment](t, renderChart(t, "prof", "prof", tc.args...), "Deployment", "prof-sar-bridge")
+		c := d.Spec.Template.Spec.Containers[0]
+		if got := slices.Contains(c.Args, "--web.enable-pprof"); got != tc.want || !slices.Contains(c.Args, "--web.internal.listen=:8081") {
+			t.Errorf("%q: args %q, want --web.enable-pprof %v", tc.args, c.Args, tc.want)
+		}
 	}
 }

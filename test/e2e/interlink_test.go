@@ -215,6 +215,7 @@ func TestInterlinkRelay(t *testing.T) {
 			allowedCreate(t, plugin, client, base)
 			deniedCreate(t, plugin, client, base)
 			relayedRoutes(t, plugin, client, base)
+			refusedRequests(t, plugin, client, base)
 			streamedLogs(t, plugin, client, base)
 			checkRelayMetrics(t, b)
 			checkRelayLog(t, b)
@@ -328,6 +329,37 @@ func relayedRoutes(t *testing.T, plugin *cluster.Plugin, client *http.Client, ba
 	}
 }
 
+// A spelling of /create that is not interLink's, and a protocol upgrade, are refused
+// by the bridge: neither decided nor forwarded.
+func refusedRequests(t *testing.T, plugin *cluster.Plugin, client *http.Client, base string) {
+	t.Helper()
+	before := len(plugin.Requests())
+	res, body := send(t, client, http.MethodPost, base+"/create/", createBody(t, "runner", "job-variant"))
+	const notFound = `sar-bridge: not found: "/create/" is not a route of interLink's plugin API`
+	if res.StatusCode != http.StatusNotFound || !strings.HasPrefix(string(body), notFound) {
+		t.Errorf("POST /create/: HTTP %d %q, want 404 starting %q", res.StatusCode, body, notFound)
+	}
+	req, err := http.NewRequest(http.MethodGet, base+"/status", strings.NewReader("[]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "h2c")
+	res, err = client.Do(req)
+	if err != nil {
+		t.Fatalf("GET /status with an upgrade: %v", err)
+	}
+	data, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	const upgrade = "sar-bridge: bad request: protocol upgrades are not relayed"
+	if res.StatusCode != http.StatusBadRequest || !strings.HasPrefix(string(data), upgrade) {
+		t.Errorf("GET /status with an upgrade: HTTP %d %q, want 400 starting %q", res.StatusCode, data, upgrade)
+	}
+	if n := len(plugin.Requests()) - before; n != 0 {
+		t.Errorf("the plugin received %d refused requests", n)
+	}
+}
+
 // /getLogs streams: the first line arrives while the plugin is still writing.
 func streamedLogs(t *testing.T, plugin *cluster.Plugin, client *http.Client, base string) {
 	t.Helper()
@@ -378,6 +410,8 @@ func checkRelayMetrics(t *testing.T, b *cluster.Bridge) {
 		{"sar_bridge_interlink_requests_total", map[string]string{"route": "status", "code": "200"}, 2},
 		{"sar_bridge_interlink_requests_total", map[string]string{"route": "delete", "code": "200"}, 1},
 		{"sar_bridge_interlink_requests_total", map[string]string{"route": "getLogs", "code": "200"}, 1},
+		{"sar_bridge_interlink_requests_total", map[string]string{"route": "refused", "code": "404"}, 1},
+		{"sar_bridge_interlink_requests_total", map[string]string{"route": "refused", "code": "400"}, 1},
 	} {
 		// A request is counted when its handler returns, which may be just after the
 		// client has read the answer.

@@ -4,7 +4,9 @@ package e2e
 // copied from the chart): the sidecar is added, interLink's plugin address points at the
 // bridge, every other document is left byte for byte, the result is accepted by the real
 // kube-apiserver, and the sidecar's own arguments with the RBAC the post-renderer adds
-// decide creates through the socket.
+// decide creates through the socket. The NetworkPolicy it adds admits to the pod only the
+// Virtual Kubelet's port and the ssh bastion's Service target: not the plugin's TCP port,
+// interLink's API or the bridge's listeners; the bridge serves no profiles.
 
 import (
 	"bytes"
@@ -24,8 +26,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
@@ -33,9 +39,9 @@ import (
 const postRenderNS = "vk-pr"
 
 // interlinkChartOutput: the Virtual Kubelet's ServiceAccount and config, interLink's
-// config (plugin on localhost:4000), and the "<nodeName>-node" Deployment with the
-// plugin, interLink and VK containers, as `helm template` of interLink's chart prints
-// them (its "# Source:" comments included).
+// config (plugin on localhost:4000), the "<nodeName>-node" Deployment with the plugin,
+// interLink, VK and ssh bastion containers, and the bastion's NodePort Service, as `helm
+// template` of interLink's chart prints them (its "# Source:" comments included).
 const interlinkChartOutput = `---
 # Source: interlink/templates/service-account.yaml
 apiVersion: v1
@@ -114,10 +120,22 @@ spec:
         env:
         - name: NODENAME
           value: vk-pr
+        - name: KUBELET_PORT
+          value: "10250"
+        - name: POD_IP
+          valueFrom:
+            fieldRef:
+              fieldPath: status.podIP
         volumeMounts:
         - name: config
           mountPath: /etc/interlink/InterLinkConfig.yaml
           subPath: InterLinkConfig.yaml
+      - name: ssh-bastion
+        image: "example.org/openssh-server:latest"
+        imagePullPolicy: Always
+        ports:
+        - containerPort: 2222
+        - containerPort: 22
       volumes:
       - name: config
         configMap:
@@ -128,14 +146,38 @@ spec:
       - name: plugin-config
         configMap:
           name: vk-pr-plugin-config
+---
+# Source: interlink/templates/virtual-kubelet.yaml
+apiVersion: v1
+kind: Service
+metadata:
+  name: ssh-bastion-vk
+  namespace: vk-pr
+spec:
+  type: NodePort
+  ports:
+  - port: 2222
+    nodePort: 31022
+  selector:
+    app: vk-pr
 `
+
+// portRef is a NetworkPolicy's port number.
+func portRef(n int32) *intstr.IntOrString {
+	p := intstr.FromInt32(n)
+	return &p
+}
 
 // yamlDocs splits a stream at "---" lines, keeping each document's text.
 func yamlDocs(s string) []string {
 	var docs []string
 	for _, d := range strings.Split("\n"+s, "\n---\n") {
 		if strings.TrimSpace(d) != "" {
-			docs = append(docs, strings.TrimPrefix(d, "\n")+"\n")
+			// The separator took the newline that ends every document but the last.
+			if d = strings.TrimPrefix(d, "\n"); !strings.HasSuffix(d, "\n") {
+				d += "\n"
+			}
+			docs = append(docs, d)
 		}
 	}
 	return docs
@@ -156,10 +198,10 @@ func TestHelmPostRender(t *testing.T) {
 	}
 
 	in, got := yamlDocs(interlinkChartOutput), yamlDocs(out)
-	if len(got) != len(in)+2 {
-		t.Fatalf("%d documents in, %d out, want the input's and a ClusterRole and its binding:\n%s", len(in), len(got), out)
+	if len(got) != len(in)+3 {
+		t.Fatalf("%d documents in, %d out, want the input's, a NetworkPolicy, a ClusterRole and its binding:\n%s", len(in), len(got), out)
 	}
-	for i := range 3 { // the ServiceAccount and both ConfigMaps
+	for _, i := range []int{0, 1, 2, 4} { // the ServiceAccount, both ConfigMaps, the Service
 		if got[i] != in[i] {
 			t.Errorf("document %d changed:\n%s\nwant:\n%s", i, got[i], in[i])
 		}
@@ -180,13 +222,13 @@ func TestHelmPostRender(t *testing.T) {
 	for _, c := range pod.Containers {
 		names = append(names, c.Name)
 	}
-	if want := []string{"plugin", "interlink", "vk", "sar-bridge"}; !slices.Equal(names, want) {
+	if want := []string{"plugin", "interlink", "vk", "ssh-bastion", "sar-bridge"}; !slices.Equal(names, want) {
 		t.Fatalf("containers %q, want %q", names, want)
 	}
-	// Untouched: the plugin, the Virtual Kubelet, the Deployment's metadata and the rest
-	// of the pod spec.
-	for i, name := range []string{"plugin", "vk"} {
-		j := []int{0, 2}[i]
+	// Untouched: the plugin, the Virtual Kubelet, the bastion, the Deployment's metadata
+	// and the rest of the pod spec.
+	for i, name := range []string{"plugin", "vk", "ssh-bastion"} {
+		j := []int{0, 2, 3}[i]
 		if !reflect.DeepEqual(pod.Containers[j], pod0.Containers[j]) {
 			t.Errorf("container %s changed:\n%s\nwas:\n%s", name, asJSON(t, pod.Containers[j]), asJSON(t, pod0.Containers[j]))
 		}
@@ -210,7 +252,7 @@ func TestHelmPostRender(t *testing.T) {
 		t.Errorf("volumes %s", asJSON(t, pod.Volumes))
 	}
 	// The bridge: the plugin address interLink had, hardened like manifests/base.
-	b := pod.Containers[3]
+	b := pod.Containers[4]
 	release, err := os.ReadFile(filepath.Join(suite.root, "VERSION"))
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +260,8 @@ func TestHelmPostRender(t *testing.T) {
 	if want := "ghcr.io/sar-bridge/sar-bridge:" + strings.TrimSpace(string(release)); b.Image != want {
 		t.Errorf("image %q, want %q", b.Image, want)
 	}
+	// The Data API on loopback; the internal listener on the pod's IP for the kubelet's
+	// probes, with no profiles (no --web.enable-pprof) and not admitted by the policy.
 	wantArgs := []string{
 		"--interlink.listen=unix:///var/run/sar-bridge.sock", "--interlink.plugin-url=http://localhost:4000",
 		"--web.listen=127.0.0.1:18080", "--web.internal.listen=:18081", "--log.format=json", "--web.shutdown-delay=5s",
@@ -246,12 +290,52 @@ func TestHelmPostRender(t *testing.T) {
 		t.Errorf("ClusterRoleBinding %+v %+v", crb.RoleRef, crb.Subjects)
 	}
 
+	// The NetworkPolicy: interLink's pod, only the VK's kubelet port (logs and exec from
+	// the API server) and the bastion's Service target, from anywhere; not the plugin's
+	// port 4000, interLink's 3000, the bridge's 18080 and 18081, nor the bastion's 22.
+	np := findIn[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", "sar-bridge-vk-pr-node")
+	checkPolicy := func(where string, np *networkingv1.NetworkPolicy) {
+		t.Helper()
+		if np.Namespace != postRenderNS {
+			t.Errorf("%s: NetworkPolicy in namespace %q", where, np.Namespace)
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) || sel.Matches(labels.Set{"app": "other"}) || sel.Empty() {
+			t.Errorf("%s: podSelector %s does not select exactly the pods of %v (%v)", where, asJSON(t, np.Spec.PodSelector), d.Spec.Template.Labels, err)
+		}
+		tcp := corev1.ProtocolTCP
+		want := networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "vk-pr"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{Ports: []networkingv1.NetworkPolicyPort{
+				{Port: portRef(2222), Protocol: &tcp},
+				{Port: portRef(10250), Protocol: &tcp},
+			}}},
+		}
+		if !reflect.DeepEqual(np.Spec, want) {
+			t.Errorf("%s: NetworkPolicy spec %s, want %s", where, asJSON(t, np.Spec), asJSON(t, want))
+		}
+	}
+	checkPolicy("rendered", np)
+
 	// The API server accepts the result.
 	all := append([]*unstructured.Unstructured{namespaceObj(postRenderNS)}, objs...)
 	if err := suite.cluster.Apply(ctx, all); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = suite.cluster.Delete(context.Background(), objs) })
+	applied, err := suite.cluster.Client.NetworkingV1().NetworkPolicies(postRenderNS).Get(ctx, "sar-bridge-vk-pr-node", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPolicy("applied", applied)
+
+	// Without the policy, a plugin on TCP in the pod is refused: any pod could call it.
+	unprotected := exec.Command(suite.binary, "helm-postrender", "--network-policy=false")
+	unprotected.Stdin = strings.NewReader(interlinkChartOutput)
+	if msg, err := unprotected.CombinedOutput(); err == nil || !strings.Contains(string(msg), "the plugin listens on TCP in the pod (http://localhost:4000) and the NetworkPolicy is off") {
+		t.Errorf("--network-policy=false: %v %s", err, msg)
+	}
 
 	// A second run refuses instead of stacking a second bridge.
 	again := exec.Command(suite.binary, "helm-postrender")
@@ -308,6 +392,12 @@ func TestHelmPostRender(t *testing.T) {
 		}
 		if err != nil {
 			t.Fatalf("the sidecar's args %q: %v", args, err)
+		}
+		// The internal listener answers probes and metrics, and serves no profiles.
+		for path, want := range map[string]int{"/live": 200, "/metrics": 200, "/debug/pprof/": 404, "/debug/pprof/heap": 404, "/debug/pprof/cmdline": 404} {
+			if code, _, err := br.Get(br.InternalURL + path); err != nil || code != want {
+				t.Errorf("GET %s on the internal listener: %d %v, want %d", path, code, err, want)
+			}
 		}
 		client, url := cluster.InterlinkClient(listen)
 		for _, tc := range []struct {

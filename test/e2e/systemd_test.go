@@ -49,6 +49,34 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	}
 }
 
+// The edge node's unit reaches the network through nothing but interLink's socket: both
+// listeners on loopback, no profiles.
+func TestSystemdUnitListeners(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(suite.root, "deploy", "systemd", "sar-bridge.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exec []string
+	for _, l := range strings.Split(strings.ReplaceAll(string(raw), "\\\n", " "), "\n") {
+		if rest, ok := strings.CutPrefix(l, "ExecStart="); ok {
+			exec = strings.Fields(rest)
+		}
+	}
+	flags := map[string]string{}
+	for _, a := range exec {
+		name, value, _ := strings.Cut(a, "=")
+		flags[name] = value
+	}
+	for name, prefix := range map[string]string{"--web.listen": "127.0.0.1:", "--web.internal.listen": "127.0.0.1:", "--interlink.listen": "unix://"} {
+		if v, ok := flags[name]; !ok || !strings.HasPrefix(v, prefix) {
+			t.Errorf("ExecStart %s=%q, want %s…", name, v, prefix)
+		}
+	}
+	if _, ok := flags["--web.enable-pprof"]; ok {
+		t.Errorf("ExecStart serves profiles: %q", exec)
+	}
+}
+
 func copyFile(t *testing.T, from, to string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {

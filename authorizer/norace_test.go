@@ -1,0 +1,5 @@
+//go:build !race
+
+package authorizer
+
+const raceEnabled = false
