@@ -123,12 +123,14 @@ rego-test: ## The Rego tests under the opa CLI itself (the version go.mod pins).
 FUZZTIME ?= 300000x
 # Pods up to the largest Kubernetes stores take up to a second each.
 FUZZTIME_LARGE ?= 2000x
-fuzz: ## Fuzz request decoding and the decision pipeline, $(FUZZTIME) executions per target ($(FUZZTIME_LARGE) of the largest pods).
+fuzz: ## Fuzz request decoding, the decision pipeline and the sbatch and container-option parsers, $(FUZZTIME) executions per target ($(FUZZTIME_LARGE) of the largest pods).
 	$(GO) test -run '^$$' -fuzz '^FuzzDataAPI$$' -fuzztime $(FUZZTIME) ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./authorizer/
 	$(GO) test -run '^$$' -fuzz '^FuzzAllowAllReviewer$$' -fuzztime $(FUZZTIME) ./authorizer/
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./strictjson/
 	$(GO) test -run '^$$' -fuzz '^FuzzLargePods$$' -fuzztime $(FUZZTIME_LARGE) ./authorizer/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./slurmjob/
+	$(GO) test -run '^$$' -fuzz '^FuzzContainerArgs$$' -fuzztime $(FUZZTIME) ./slurmjob/
 
 clean: ## Remove built binaries and local run state (not the control-plane cache).
 	rm -rf bin test/bin .cache

@@ -30,6 +30,7 @@ type admissionConfig struct {
 	decisionPath      string
 	timeout           time.Duration
 	insecureAnyCaller bool
+	vkUsers, vkGroups []string
 
 	// Parsed by validate.
 	targets admission.Targets
@@ -41,6 +42,11 @@ func (c *admissionConfig) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.taintKey, "admission.taint-key", admission.DefaultTaintKey, "Key of the virtual nodes' taint: pods (and workloads' pod templates) that tolerate it (or every taint) are decided by the admission webhooks.")
 	fs.StringVar(&c.decisionPath, "admission.decision-path", interlink.DefaultDecisionPath, "Policy document the admission webhooks decide with (as in /v1/data/<path>).")
 	fs.DurationVar(&c.timeout, "admission.timeout", 8*time.Second, "Deadline of one admission decision; keep it below the webhooks' timeoutSeconds. Past it the webhook call fails and failurePolicy decides.")
+	fs.StringArrayVar(&c.vkUsers, "admission.vk-users", nil, "Usernames of interLink's Virtual Kubelet (repeatable, one exact name each, no wildcards; interLink's chart runs it as system:serviceaccount:<namespace>:<nodeName>). "+
+		"A pod UPDATE that adds or changes slurm-job.vk.io/pre-exec or interlink.eu/wstunnel-client-commands (shell on the HPC side, which the VK writes for its mesh networking) is allowed for them without a decision; anyone else's is decided as a create of the pod so changed, so only subjects data.interlink.restricted_annotations opens the key to (and who may offload the pod) may make it. "+
+		"This trusts them to write shell into every pod the webhooks judge; the relay then believes what is written under --interlink.vk-field-managers. Empty: the Virtual Kubelet's own patches are refused unless the policy opens the keys to it (and it may offload the pod).")
+	fs.StringArrayVar(&c.vkGroups, "admission.vk-groups", nil, "Groups whose members are trusted as --admission.vk-users are (repeatable, exact names). Every member may write shell into every pod the webhooks judge: name a group that holds the Virtual Kubelet alone. "+
+		"system:authenticated, system:unauthenticated and system:serviceaccounts are refused.")
 	fs.BoolVar(&c.insecureAnyCaller, "admission.insecure-allow-any-caller", false, "Serve /admission/* to callers that do not authenticate (the API server sends no credentials unless its AdmissionConfiguration gives it a kubeconfig for the webhook). An AdmissionReview names any user, so anyone who reaches the port learns RBAC answers for any user.")
 }
 
@@ -60,7 +66,12 @@ func (c *admissionConfig) validate() error {
 	case c.timeout <= 0:
 		return errors.New("--admission.timeout must be positive")
 	}
-	return nil
+	return c.vk().Validate()
+}
+
+// vk are the Virtual Kubelet's identities the flags name.
+func (c *admissionConfig) vk() admission.VKIdentities {
+	return admission.VKIdentities{Users: c.vkUsers, Groups: c.vkGroups}
 }
 
 // admissionHandler returns the webhooks for the public listener, wrapped with caller
@@ -79,6 +90,7 @@ func admissionHandler(o serveOptions, decider admission.Decider, view nodeView, 
 		Targets:      c.targets,
 		MaxBodyBytes: admission.DefaultMaxBodyBytes,
 		Timeout:      c.timeout,
+		VK:           c.vk(),
 		Logger:       logger,
 		Registerer:   reg,
 	})
@@ -86,7 +98,8 @@ func admissionHandler(o serveOptions, decider admission.Decider, view nodeView, 
 		return nil, err
 	}
 	level.Info(logger).Log("msg", "admission webhooks", "paths", admission.ValidatePath+","+admission.MutatePath, "identity", c.identity,
-		"node_selector", c.nodeSelector, "taint_key", c.taintKey, "any_caller", c.insecureAnyCaller || authenticate == nil)
+		"node_selector", c.nodeSelector, "taint_key", c.taintKey, "any_caller", c.insecureAnyCaller || authenticate == nil,
+		"vk_users", strings.Join(c.vkUsers, ","), "vk_groups", strings.Join(c.vkGroups, ","))
 	if authenticate == nil || c.insecureAnyCaller {
 		return h, nil
 	}

@@ -30,6 +30,11 @@ func TestAdmissionFlags(t *testing.T) {
 		{name: "empty taint key", args: []string{"--admission.taint-key="}, wantErr: "taint key must not be empty"},
 		{name: "bad decision path", args: []string{"--admission.decision-path=a//b"}, wantErr: "is not a document path"},
 		{name: "zero timeout", args: []string{"--admission.timeout=0s"}, wantErr: "--admission.timeout must be positive"},
+		{name: "the Virtual Kubelet's identities", args: []string{"--admission.vk-users=system:serviceaccount:interlink:vk-1",
+			"--admission.vk-users=system:serviceaccount:interlink:vk-2", "--admission.vk-groups=interlink:virtual-kubelets"}},
+		{name: "a VK user with a namespace wildcard", args: []string{"--admission.vk-users=system:serviceaccount:*:vk-1"}, wantErr: "--admission.vk-users: \"system:serviceaccount:*:vk-1\": names are exact, no wildcards"},
+		{name: "an empty VK user", args: []string{"--admission.vk-users="}, wantErr: "--admission.vk-users: empty name"},
+		{name: "everyone as the VK", args: []string{"--admission.vk-groups=system:authenticated"}, wantErr: "is everyone's group"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := parseFlags(tc.args)
@@ -118,5 +123,18 @@ func TestAdmissionHandlerWiring(t *testing.T) {
 				t.Errorf("GET %s: HTTP %d, want %d", admission.ValidatePath, rec.Code, tc.wantCode)
 			}
 		})
+	}
+}
+
+// Each --admission.vk-users is one name, taken whole: a comma is part of it (a client
+// certificate's CN may hold one), never a separator.
+func TestAdmissionVKUsersAreExactNames(t *testing.T) {
+	cfg, err := parseFlags([]string{"--admission.vk-users=CN=vk,O=interlink", "--admission.vk-users=system:serviceaccount:interlink:vk-1", "--admission.vk-groups=vk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.admission.vk()
+	if want := []string{"CN=vk,O=interlink", "system:serviceaccount:interlink:vk-1"}; strings.Join(got.Users, "|") != strings.Join(want, "|") || len(got.Groups) != 1 || got.Groups[0] != "vk" {
+		t.Errorf("VK identities %+v, want users %q and group vk", got, want)
 	}
 }

@@ -154,6 +154,7 @@ func newDecisionCore(ctx context.Context, o serveOptions, reg prometheus.Registe
 		return nil, err
 	}
 	cfg := o.decision.authorizerConfig(mappings)
+	cfg.LivePods, cfg.VKFieldManagers = kube.NewPodReader(client, kube.DefaultRetryBackoff), o.interlink.vkManagers
 	if cfg.Quotas, err = o.quota.start(ctx, client, view, evaluator, o.admission.targets, o.decision.tenantLabel, o.informer.resync, logger); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,6 +62,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"openshift migration needs both matchers", func() concern { return &openshiftOptions{} }, []string{"--opa.package=p", "--opa.matcher=k8s_namespace_name", "--opa.viaq-to-otel-migration"}, "--opa.viaq-to-otel-migration needs"},
 		{"openshift zero selector namespaces", func() concern { return &openshiftOptions{} }, []string{"--opa.max-selector-namespaces=0"}, "--opa.max-selector-namespaces must be at least 1"},
 		{"interlink off", func() concern { return &interlinkConfig{} }, nil, ""},
+		{"interlink VK field managers, repeated and listed", func() concern { return &interlinkConfig{} }, []string{"--interlink.vk-field-managers=vk,my-vk", "--interlink.vk-field-managers=x"}, ""},
+		{"interlink no VK field manager", func() concern { return &interlinkConfig{} }, []string{"--interlink.vk-field-managers="}, ""},
+		{"interlink empty VK field manager", func() concern { return &interlinkConfig{} }, []string{"--interlink.vk-field-managers=vk,,x"}, "--interlink.vk-field-managers: empty field manager name"},
 		{"interlink plugin without listen", func() concern { return &interlinkConfig{} }, []string{"--interlink.plugin-url=http://p"}, "--interlink.plugin-url needs --interlink.listen"},
 		{"admission bad identity", func() concern { return &admissionConfig{} }, []string{"--admission.identity=x"}, "--admission.identity"},
 		{"admission zero timeout", func() concern { return &admissionConfig{} }, []string{"--admission.timeout=0"}, "--admission.timeout must be positive"},
@@ -94,4 +98,27 @@ func TestSubcommandsShareServeFlags(t *testing.T) {
 			t.Errorf("--%s differs between the server and the admin commands", f.Name)
 		}
 	})
+}
+
+// TestVKFieldManagers: by default the names the API server gives interLink's Virtual
+// Kubelet (its binary's, in the image and in the release archives); repeated flags add up.
+func TestVKFieldManagers(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"vk", "virtual-kubelet"}},
+		{[]string{"--interlink.vk-field-managers=a,b", "--interlink.vk-field-managers=c"}, []string{"a", "b", "c"}},
+		{[]string{"--interlink.vk-field-managers="}, []string{}},
+	} {
+		var c interlinkConfig
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		c.addFlags(fs)
+		if err := fs.Parse(tt.args); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(c.vkManagers, tt.want) {
+			t.Errorf("%v: %q, want %q", tt.args, c.vkManagers, tt.want)
+		}
+	}
 }

@@ -145,6 +145,27 @@ func TestInput(t *testing.T) {
 	}
 }
 
+// Every modification kind is shown as the policy answered it, run_as_user included.
+func TestCheckShowsRunAsUser(t *testing.T) {
+	d := &fakeDecider{answers: map[string]authorizer.Decision{"hpc": {ID: "h", Defined: true, Result: ast.MustInterfaceToValue(map[string]any{
+		"allowed": true, "reason": "RBAC: yes", "review": map[string]any{"allowed": true, "reason": "RBAC: yes", "attributes": []any{podReview}},
+		"modifications": map[string]any{"pod_annotations": map[string]any{"slurm-job.vk.io/flags": "--account=proj-a"}, "resource_limits": map[string]any{}, "run_as_user": 20001},
+	})}}}
+	var out bytes.Buffer
+	if err := PrintText(&out, Check(context.Background(), d, []Pod{testPod("hpc")}, CheckOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	want := `job/hpc (pod ns/hpc): allowed
+  reason: RBAC: yes
+  review: create pods.g in namespace "ns": allowed
+  review reason: RBAC: yes
+  modifications: {"pod_annotations":{"slurm-job.vk.io/flags":"--account=proj-a"},"resource_limits":{},"run_as_user":20001}
+`
+	if out.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
 func TestPrintJSON(t *testing.T) {
 	outcomes := []Outcome{
 		{Source: "pod/a", Namespace: "ns", Name: "a", DecisionID: "1", Result: map[string]any{"allowed": true}},

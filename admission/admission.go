@@ -4,7 +4,9 @@
 // user who makes the request. The validating webhook also judges workloads (Jobs,
 // CronJobs, Deployments, ...) whose pod template aims at virtual nodes, as the user who
 // creates or changes them: their pods are later created by controllers, which act for
-// the pods' service account.
+// the pods' service account. And it judges who changes the annotations interLink's
+// Virtual Kubelet writes into running pods (vkannotations.go), which the relay can only
+// attribute by field manager name.
 package admission
 
 import (
@@ -84,7 +86,10 @@ type Options struct {
 	Targets      Targets
 	MaxBodyBytes int64
 	// Timeout bounds one decision; the API server's timeoutSeconds should be longer.
-	Timeout    time.Duration
+	Timeout time.Duration
+	// VK are the Virtual Kubelet's identities, which may change the annotations it
+	// writes (vkAnnotationKeys) in pods; empty: nobody is trusted to without the policy.
+	VK         VKIdentities
 	Logger     log.Logger
 	Registerer prometheus.Registerer
 }
@@ -107,6 +112,9 @@ func New(decider Decider, cluster Cluster, opts Options) (*Handler, error) {
 	}
 	if opts.Targets.selector == nil {
 		return nil, errors.New("admission: targets are required (NewTargets)")
+	}
+	if err := opts.VK.Validate(); err != nil {
+		return nil, fmt.Errorf("admission: %w", err)
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
@@ -222,14 +230,17 @@ func writeReview(w http.ResponseWriter, review admissionv1.AdmissionReview) {
 }
 
 // subject is what a request is decided on: the pod, its raw JSON, the target node when
-// it is not spec.nodeName, why it aims at a virtual node ("" when it does not), and the
-// workload whose pod template it is ("job/pi"; "" for a pod).
+// it is not spec.nodeName, why it aims at a virtual node ("" when it does not), the
+// workload whose pod template it is ("job/pi"; "" for a pod), and for a pod UPDATE
+// judged for the Virtual Kubelet's annotations, the keys it changes and who asks.
 type subject struct {
-	pod      *corev1.Pod
-	raw      json.RawMessage
-	node     string
-	target   string
-	workload string
+	pod       *corev1.Pod
+	raw       json.RawMessage
+	node      string
+	target    string
+	workload  string
+	vkKeys    []string
+	requester string
 }
 
 // what names the subject in a refusal: "this pod" or "the pod template of job/pi".
@@ -240,12 +251,16 @@ func (s subject) what() string {
 	return "the pod template of " + s.workload
 }
 
-// explain prefixes a decision's reason with the pod template it is about.
+// explain prefixes a decision's reason with the pod template it is about, or says which
+// of the Virtual Kubelet's annotations the requester may not change.
 func (s subject) explain(reason string) string {
-	if s.workload == "" {
-		return reason
+	switch {
+	case len(s.vkKeys) > 0:
+		return vkAnnotationRefusal(s.vkKeys, s.requester, reason)
+	case s.workload != "":
+		return "pod template of " + s.workload + ": " + reason
 	}
-	return "pod template of " + s.workload + ": " + reason
+	return reason
 }
 
 // answer decides one request. An error means no answer could be given (the API or the
@@ -262,6 +277,10 @@ func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest,
 		return refusal, resultDenied, nil
 	case s.target == "":
 		return allowed(), resultSkipped, nil
+	case len(s.vkKeys) > 0 && h.opts.VK.includes(req.UserInfo):
+		// The Virtual Kubelet writing its own annotations: trusted by configuration,
+		// with no decision (it needs no offload grant of its own).
+		return withDryRunWarning(allowed(), req, mutate), resultAllowed, nil
 	}
 	d, err := h.decide(ctx, req, s)
 	var inputErr *authorizer.InputError
@@ -284,10 +303,7 @@ func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest,
 		}
 		return denied(http.StatusForbidden, metav1.StatusReasonForbidden, s.explain(v.Reason), d.ID), resultDenied, nil
 	}
-	resp := withDecision(allowed(), d.ID)
-	if dryRun(req) && !mutate {
-		resp.Warnings = []string{dryRunWarning}
-	}
+	resp := withDryRunWarning(withDecision(allowed(), d.ID), req, mutate)
 	if mutate {
 		patch, err := buildPatch(s.raw, v.Modifications)
 		if err != nil {
@@ -304,6 +320,14 @@ func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest,
 // dryRunWarning is what an allowed dry run answers: the decision is the real one, but
 // nothing (quota, a charge) is taken for a request that is not carried out.
 const dryRunWarning = "sar-bridge: dry run decided as the request would be; nothing is reserved"
+
+// withDryRunWarning adds dryRunWarning to the validating webhook's allow of a dry run.
+func withDryRunWarning(resp *admissionv1.AdmissionResponse, req *admissionv1.AdmissionRequest, mutate bool) *admissionv1.AdmissionResponse {
+	if dryRun(req) && !mutate {
+		resp.Warnings = []string{dryRunWarning}
+	}
+	return resp
+}
 
 // handles reports whether a request is one the webhook decides: pod CREATE and UPDATE,
 // pods/binding CREATE and workload CREATE and UPDATE; the mutating webhook only changes
@@ -347,7 +371,9 @@ func (h *Handler) subjectOf(ctx context.Context, req *admissionv1.AdmissionReque
 			return subject{}, denied(http.StatusBadRequest, metav1.StatusReasonBadRequest, "oldObject is not a Pod: "+err.Error(), ""), nil
 		}
 		if !addsToleration(old, pod) {
-			return subject{}, nil, nil
+			// Tolerations added are decided as today (the whole pod, shell annotations
+			// included); otherwise only a change of the VK's annotations is judged.
+			return h.vkAnnotationsSubject(ctx, req, old, pod, raw)
 		}
 	}
 	target, err := h.opts.Targets.PodTargets(ctx, h.cluster, pod)
@@ -355,6 +381,25 @@ func (h *Handler) subjectOf(ctx context.Context, req *admissionv1.AdmissionReque
 		return subject{}, nil, err
 	}
 	return subject{pod: pod, raw: raw, target: target}, nil, nil
+}
+
+// vkAnnotationsSubject is a pod UPDATE that adds no toleration: judged only when it adds
+// or changes an annotation the Virtual Kubelet writes (vkAnnotationKeys) of a pod aimed
+// at a virtual node. Anyone but the VK's identities may then make the change only if
+// they could create the pod so changed: it is decided as that create, as the toleration
+// path decides, so the policy (restricted_annotations, a site's own rules) says who it
+// opens the key to, and no update yields a pod its writer could not have created. A pod
+// aimed nowhere is judged when it is aimed (a toleration added, a binding).
+func (h *Handler) vkAnnotationsSubject(ctx context.Context, req *admissionv1.AdmissionRequest, old, pod *corev1.Pod, raw json.RawMessage) (subject, *admissionv1.AdmissionResponse, error) {
+	keys := changedVKAnnotations(old, pod)
+	if len(keys) == 0 {
+		return subject{}, nil, nil
+	}
+	target, err := h.opts.Targets.PodTargets(ctx, h.cluster, pod)
+	if err != nil || target == "" {
+		return subject{}, nil, err
+	}
+	return subject{pod: pod, raw: raw, target: target, vkKeys: keys, requester: req.UserInfo.Username}, nil, nil
 }
 
 // bindingSubject is the bound pod, read from the API, on the binding's target node.
@@ -511,7 +556,11 @@ func (h *Handler) decide(ctx context.Context, req *admissionv1.AdmissionRequest,
 		return authorizer.Decision{}, fmt.Errorf("encoding the decision input: %w", err)
 	}
 	ctx = authorizer.WithLogFields(ctx, "admission_uid", string(req.UID), "dry_run", dryRun(req))
-	if dryRun(req) || s.workload != "" {
+	// The pod under admission is not the one stored under its name, if any: who wrote
+	// the live pod's annotations says nothing about this one (input.hpc.writers).
+	ctx = authorizer.WithoutLivePod(ctx)
+	if dryRun(req) || s.workload != "" || len(s.vkKeys) > 0 {
+		// A pod that exists already (its annotations changed) is charged when created.
 		ctx = authorizer.WithoutReservation(ctx)
 	}
 	if h.opts.Identity == IdentityServiceAccount || actsForPod(req.UserInfo.Username) {

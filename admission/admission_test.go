@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/sar-bridge/sar-bridge/authorizer"
 )
@@ -387,6 +388,13 @@ func TestMutate(t *testing.T) {
 			result:    allowResult(map[string]any{"interlink.io/billing-project": "proj-7"}, map[string]any{"main": map[string]any{"cpu": "1", "memory": "1Gi"}}),
 			wantPatch: `[{"op":"add","path":"/metadata/annotations","value":{"interlink.io/billing-project":"proj-7"}},{"op":"add","path":"/spec/containers/0/resources/limits","value":{"cpu":"1","memory":"1Gi"}}]`},
 		{name: "nothing to change", req: newRequest(t, admissionv1.Create, "", onVirtual, nil), calls: 1, result: allowResult(map[string]any{}, map[string]any{})},
+		{name: "run_as_user", req: newRequest(t, admissionv1.Create, "", onVirtual, nil), calls: 1,
+			result:    withRunAsUser(allowResult(map[string]any{"slurm-job.vk.io/flags": "--account=proj-a"}, map[string]any{}), 20001),
+			wantPatch: `[{"op":"add","path":"/metadata/annotations","value":{"slurm-job.vk.io/flags":"--account=proj-a"}},{"op":"add","path":"/spec/securityContext","value":{"runAsUser":20001}}]`},
+		{name: "run_as_user beside the pod's securityContext", calls: 1,
+			req:       newRequest(t, admissionv1.Create, "", testPod(corev1.PodSpec{NodeName: "vk-1", SecurityContext: &corev1.PodSecurityContext{FSGroup: ptr.To[int64](7)}}), nil),
+			result:    withRunAsUser(allowResult(nil, nil), 20001),
+			wantPatch: `[{"op":"add","path":"/spec/securityContext/runAsUser","value":20001}]`},
 		{name: "denied: left to the validating webhook", req: newRequest(t, admissionv1.Create, "", onVirtual, nil), calls: 1, result: denyResult("no")},
 		{name: "ordinary pod", req: newRequest(t, admissionv1.Create, "", testPod(corev1.PodSpec{}), nil), result: allowResult(map[string]any{"a": "b"}, nil)},
 		{name: "updates are not mutated", req: newRequest(t, admissionv1.Update, "", onVirtual, testPod(corev1.PodSpec{})), result: allowResult(map[string]any{"a": "b"}, nil)},
@@ -409,6 +417,38 @@ func TestMutate(t *testing.T) {
 			}
 			if resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch || string(resp.Patch) != tc.wantPatch {
 				t.Errorf("patch %s (type %v), want %s", resp.Patch, resp.PatchType, tc.wantPatch)
+			}
+		})
+	}
+}
+
+// withRunAsUser adds modifications.run_as_user to an allowing result.
+func withRunAsUser(result map[string]any, uid any) map[string]any {
+	result["modifications"].(map[string]any)["run_as_user"] = uid
+	return result
+}
+
+// A run_as_user that cannot be applied fails the call (failurePolicy decides), never an
+// allow without it, nor a patch over the pod's own runAsUser.
+func TestMutateRunAsUserFailures(t *testing.T) {
+	onVirtual := testPod(corev1.PodSpec{NodeName: "vk-1"})
+	root := testPod(corev1.PodSpec{NodeName: "vk-1", SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](0)}})
+	for _, tc := range []struct {
+		name    string
+		pod     *corev1.Pod
+		uid     any
+		message string
+	}{
+		{"a string", onVirtual, "20001", "modifications: run_as_user: a string, not a number"},
+		{"a fraction", onVirtual, 20001.5, "modifications: run_as_user: 20001.5 is not an integer uid"},
+		{"negative", onVirtual, -1, "modifications: run_as_user: uid -1: must be between 0 and 2147483647, inclusive"},
+		{"over the pod's own", root, 20001, "building the patch: spec.securityContext.runAsUser is 0: the policy's 20001 would overwrite it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &fakeDecider{result: withRunAsUser(allowResult(nil, nil), tc.uid)}
+			status, _, body := post(t, newHandler(t, d, testCluster(), IdentityRequester, nil), MutatePath, newRequest(t, admissionv1.Create, "", tc.pod, nil))
+			if status != http.StatusInternalServerError || !strings.Contains(body, tc.message) {
+				t.Fatalf("HTTP %d %q, want 500 containing %q", status, body, tc.message)
 			}
 		})
 	}

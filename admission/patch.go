@@ -23,9 +23,15 @@ type patchPod struct {
 		Annotations *map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
-		Containers     []patchContainer `json:"containers"`
-		InitContainers []patchContainer `json:"initContainers"`
+		Containers      []patchContainer      `json:"containers"`
+		InitContainers  []patchContainer      `json:"initContainers"`
+		SecurityContext *patchSecurityContext `json:"securityContext"`
 	} `json:"spec"`
+}
+
+// patchSecurityContext keeps runAsUser raw: null and absent are both none.
+type patchSecurityContext struct {
+	RunAsUser json.RawMessage `json:"runAsUser"`
 }
 
 type patchContainer struct {
@@ -37,7 +43,8 @@ type patchContainer struct {
 
 // buildPatch returns the JSONPatch that applies m to the raw pod, or nil when m changes
 // nothing. The policy's annotations win over the pod's own (a billing project is not the
-// user's to choose); limits go only to containers that set none, as in the relay.
+// user's to choose); limits go only to containers that set none, and runAsUser only to a
+// pod that sets none, as in the relay.
 func buildPatch(rawPod []byte, m authorizer.Modifications) ([]byte, error) {
 	var pod patchPod
 	if err := json.Unmarshal(rawPod, &pod); err != nil {
@@ -46,6 +53,11 @@ func buildPatch(rawPod []byte, m authorizer.Modifications) ([]byte, error) {
 	ops := annotationOps(pod.Metadata.Annotations, m.Annotations)
 	ops = append(ops, limitOps("/spec/containers", pod.Spec.Containers, m.Limits)...)
 	ops = append(ops, limitOps("/spec/initContainers", pod.Spec.InitContainers, m.Limits)...)
+	userOps, err := runAsUserOps(pod.Spec.SecurityContext, m.RunAsUser)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, userOps...)
 	if len(ops) == 0 {
 		return nil, nil
 	}
@@ -95,6 +107,28 @@ func limitOps(list string, containers []patchContainer, limits map[string]map[st
 		}
 	}
 	return ops
+}
+
+// runAsUserOps sets the pod-level securityContext.runAsUser (the SLURM plugin's --uid).
+// One the pod already has is never replaced: the policy asks only when there is none, so
+// a different one is an error (the call fails and failurePolicy applies), never a silent
+// overwrite; the same value needs no op.
+func runAsUserOps(sc *patchSecurityContext, uid *int64) ([]patchOp, error) {
+	switch {
+	case uid == nil:
+		return nil, nil
+	case sc == nil:
+		// No securityContext member (or null): create it whole.
+		return []patchOp{{Op: "add", Path: "/spec/securityContext", Value: map[string]int64{"runAsUser": *uid}}}, nil
+	case len(sc.RunAsUser) == 0 || string(sc.RunAsUser) == "null":
+		// "add" also replaces a runAsUser member that is null.
+		return []patchOp{{Op: "add", Path: "/spec/securityContext/runAsUser", Value: *uid}}, nil
+	}
+	var have int64
+	if err := json.Unmarshal(sc.RunAsUser, &have); err != nil || have != *uid {
+		return nil, fmt.Errorf("spec.securityContext.runAsUser is %s: the policy's %d would overwrite it", sc.RunAsUser, *uid)
+	}
+	return nil, nil
 }
 
 // escapePointer escapes a JSON Pointer reference token (RFC 6901): "~" then "/".

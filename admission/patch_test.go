@@ -3,6 +3,7 @@ package admission
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -62,6 +63,58 @@ func TestBuildPatch(t *testing.T) {
 			wantPatch: `[{"op":"add","path":"/spec/containers/0/resources/limits","value":{"cpu":"1","memory":"1Gi"}},{"op":"add","path":"/spec/containers/1/resources/limits","value":{"cpu":"1"}}]`,
 			wantPod:   `{"metadata":{},"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"1","memory":"1Gi"}}},{"name":"init","resources":{"limits":{"cpu":"1"}}}]}}`,
 		},
+		{
+			name: "securityContext created with runAsUser", pod: `{"metadata":{},"spec":{"containers":[{"name":"main"}]}}`,
+			mods:      authorizer.Modifications{RunAsUser: uid(20001)},
+			wantPatch: `[{"op":"add","path":"/spec/securityContext","value":{"runAsUser":20001}}]`,
+			wantPod:   `{"metadata":{},"spec":{"containers":[{"name":"main"}],"securityContext":{"runAsUser":20001}}}`,
+		},
+		{
+			name: "securityContext null", pod: `{"metadata":{},"spec":{"securityContext":null}}`,
+			mods:      authorizer.Modifications{RunAsUser: uid(0)},
+			wantPatch: `[{"op":"add","path":"/spec/securityContext","value":{"runAsUser":0}}]`,
+			wantPod:   `{"metadata":{},"spec":{"securityContext":{"runAsUser":0}}}`,
+		},
+		{
+			name:      "runAsUser added beside the securityContext's other fields",
+			pod:       `{"metadata":{},"spec":{"securityContext":{"fsGroup":7,"runAsGroup":20000,"seccompProfile":{"type":"RuntimeDefault"}}}}`,
+			mods:      authorizer.Modifications{RunAsUser: uid(20001)},
+			wantPatch: `[{"op":"add","path":"/spec/securityContext/runAsUser","value":20001}]`,
+			wantPod:   `{"metadata":{},"spec":{"securityContext":{"fsGroup":7,"runAsGroup":20000,"seccompProfile":{"type":"RuntimeDefault"},"runAsUser":20001}}}`,
+		},
+		{
+			name: "empty securityContext", pod: `{"metadata":{},"spec":{"securityContext":{}}}`,
+			mods:      authorizer.Modifications{RunAsUser: uid(20001)},
+			wantPatch: `[{"op":"add","path":"/spec/securityContext/runAsUser","value":20001}]`,
+			wantPod:   `{"metadata":{},"spec":{"securityContext":{"runAsUser":20001}}}`,
+		},
+		{
+			name: "runAsUser null counts as none", pod: `{"metadata":{},"spec":{"securityContext":{"runAsUser":null,"runAsNonRoot":true}}}`,
+			mods:      authorizer.Modifications{RunAsUser: uid(20001)},
+			wantPatch: `[{"op":"add","path":"/spec/securityContext/runAsUser","value":20001}]`,
+			wantPod:   `{"metadata":{},"spec":{"securityContext":{"runAsUser":20001,"runAsNonRoot":true}}}`,
+		},
+		{
+			name:      "container-level runAsUser is not the pod's",
+			pod:       `{"metadata":{},"spec":{"containers":[{"name":"main","securityContext":{"runAsUser":5}}]}}`,
+			mods:      authorizer.Modifications{RunAsUser: uid(20001)},
+			wantPatch: `[{"op":"add","path":"/spec/securityContext","value":{"runAsUser":20001}}]`,
+			wantPod:   `{"metadata":{},"spec":{"containers":[{"name":"main","securityContext":{"runAsUser":5}}],"securityContext":{"runAsUser":20001}}}`,
+		},
+		{
+			name: "same runAsUser already set: no patch", pod: `{"metadata":{},"spec":{"securityContext":{"runAsUser":20001}}}`,
+			mods: authorizer.Modifications{RunAsUser: uid(20001)},
+		},
+		{
+			name: "every kind at once",
+			pod:  `{"metadata":{"annotations":{"slurm-job.vk.io/flags":"--time=1:00:00"}},"spec":{"containers":[{"name":"main"}]}}`,
+			mods: authorizer.Modifications{Annotations: map[string]string{"slurm-job.vk.io/flags": "--time=1:00:00 --account=proj-a"},
+				Limits: map[string]map[string]string{"main": {"cpu": "1"}}, RunAsUser: uid(20001)},
+			wantPatch: `[{"op":"replace","path":"/metadata/annotations/slurm-job.vk.io~1flags","value":"--time=1:00:00 --account=proj-a"},` +
+				`{"op":"add","path":"/spec/containers/0/resources","value":{"limits":{"cpu":"1"}}},` +
+				`{"op":"add","path":"/spec/securityContext","value":{"runAsUser":20001}}]`,
+			wantPod: `{"metadata":{"annotations":{"slurm-job.vk.io/flags":"--time=1:00:00 --account=proj-a"}},"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"1"}}}],"securityContext":{"runAsUser":20001}}}`,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			patch, err := buildPatch([]byte(tc.pod), tc.mods)
@@ -101,3 +154,23 @@ func TestBuildPatchBadPod(t *testing.T) {
 		t.Fatal("want an error for containers that are not a list")
 	}
 }
+
+// A runAsUser the pod has is never overwritten: the patch is refused, not built.
+func TestBuildPatchKeepsTheRunAsUser(t *testing.T) {
+	for _, tc := range []struct{ name, pod, wantErr string }{
+		{"another uid", `{"spec":{"securityContext":{"runAsUser":0}}}`,
+			"spec.securityContext.runAsUser is 0: the policy's 20001 would overwrite it"},
+		{"not an integer", `{"spec":{"securityContext":{"runAsUser":"20001"}}}`,
+			`spec.securityContext.runAsUser is "20001": the policy's 20001 would overwrite it`},
+		{"securityContext not an object", `{"spec":{"securityContext":[]}}`, "reading the pod: json: cannot unmarshal array"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			patch, err := buildPatch([]byte(tc.pod), authorizer.Modifications{RunAsUser: uid(20001)})
+			if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
+				t.Fatalf("want an error starting %q, got %v (patch %s)", tc.wantErr, err, patch)
+			}
+		})
+	}
+}
+
+func uid(n int64) *int64 { return &n }

@@ -80,6 +80,12 @@ type Config struct {
 	NodeAccess bool
 	// Quotas puts tenants' offload usage in input.quota (quota.go); nil: none.
 	Quotas QuotaTracker
+	// LivePods reads the live pod for input.hpc.writers (writers.go); nil: never read,
+	// and writers is left out.
+	LivePods LivePods
+	// VKFieldManagers are the field managers under which the Virtual Kubelet writes
+	// its annotations (--interlink.vk-field-managers); empty: no key is ever "vk".
+	VKFieldManagers []string
 }
 
 // Authorizer decides pod requests.
@@ -179,6 +185,15 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 		return d, err
 	}
 
+	hpc, writers, err := a.hpcWithWriters(ctx, req)
+	if err != nil {
+		rec.failed(false, "live pod unavailable", err)
+		return d, err
+	}
+	if writers != nil {
+		rec.add("writers", writersField(writers))
+	}
+
 	node, _ := a.view.Node(req.NodeName)
 	var nsValue, nodeVal ast.Value
 	if t.ns != nil {
@@ -202,7 +217,7 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 		ast.Item(key("review"), ast.NewTerm(t.summary.value())),
 		ast.Item(key("resources"), ast.NewTerm(req.derived.resources)),
 		ast.Item(key("tolerations"), ast.NewTerm(req.derived.tolerations)),
-		ast.Item(key("hpc"), ast.NewTerm(req.hpc)),
+		ast.Item(key("hpc"), ast.NewTerm(hpc)),
 	)
 
 	releaseQuota, err := a.holdQuota(ctx, req, t, in)

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sar-bridge/sar-bridge/astjson"
 )
@@ -25,6 +27,10 @@ type Modifications struct {
 	Annotations map[string]string
 	// Limits maps a container name to the limits it gets when it sets none.
 	Limits map[string]map[string]string
+	// RunAsUser is the pod-level securityContext.runAsUser to set (the SLURM plugin writes
+	// it as the job's --uid); nil: none. The policy asks only when the pod sets none, and
+	// a front door never overwrites one the pod has.
+	RunAsUser *int64
 }
 
 // ReadVerdict reads allowed, reason and modifications from a decision. Anything but
@@ -87,6 +93,9 @@ func readModifications(raw any) (Modifications, error) {
 	if m.Limits, err = readLimits(obj["resource_limits"]); err != nil {
 		return m, fmt.Errorf("resource_limits: %w", err)
 	}
+	if m.RunAsUser, err = readUID(obj["run_as_user"]); err != nil {
+		return m, fmt.Errorf("run_as_user: %w", err)
+	}
 	return m, nil
 }
 
@@ -134,6 +143,28 @@ func readLimits(raw any) (map[string]map[string]string, error) {
 		out[name] = limits
 	}
 	return out, nil
+}
+
+// readUID reads a uid: a JSON integer in Kubernetes' range for runAsUser. "20001.0" is
+// refused too, as a typed int64 decode (the API server's, the plugin's) refuses it.
+// Anything else is an error, never ignored: a front door that dropped it would run the
+// job as whoever the plugin defaults to.
+func readUID(raw any) (*int64, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	n, ok := raw.(json.Number)
+	if !ok {
+		return nil, fmt.Errorf("a %T, not a number", raw)
+	}
+	uid, err := strconv.ParseInt(n.String(), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not an integer uid", n)
+	}
+	if msgs := validation.IsValidUserID(uid); len(msgs) > 0 {
+		return nil, fmt.Errorf("uid %d: %s", uid, msgs[0])
+	}
+	return &uid, nil
 }
 
 // quantity checks a limit from the policy (a string or a number) and returns it in

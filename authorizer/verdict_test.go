@@ -41,6 +41,35 @@ func TestReadVerdict(t *testing.T) {
 			Annotations: map[string]string{"b": "p-7"},
 			Limits:      map[string]map[string]string{"main": {"cpu": "1", "memory": "1073741824"}},
 		}}},
+		{name: "run_as_user", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
+			"pod_annotations": map[string]any{}, "resource_limits": map[string]any{}, "run_as_user": json.Number("20001"),
+		}}), want: Verdict{Allowed: true, Modifications: Modifications{Annotations: map[string]string{}, Limits: map[string]map[string]string{}, RunAsUser: ptr(20001)}}},
+		{name: "run_as_user 0", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": 0}}),
+			want: Verdict{Allowed: true, Modifications: Modifications{RunAsUser: ptr(0)}}},
+		{name: "run_as_user largest uid", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": json.Number("2147483647")}}),
+			want: Verdict{Allowed: true, Modifications: Modifications{RunAsUser: ptr(2147483647)}}},
+		{name: "run_as_user null is none", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": nil}}),
+			want: Verdict{Allowed: true}},
+		{name: "run_as_user ignored on a deny", d: decision(map[string]any{"allowed": false, "modifications": map[string]any{"run_as_user": "root"}}),
+			want: Verdict{}},
+		{name: "run_as_user a string", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": "20001"}}),
+			wantErr: "modifications: run_as_user: a string, not a number"},
+		{name: "run_as_user a boolean", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": true}}),
+			wantErr: "modifications: run_as_user: a bool, not a number"},
+		{name: "run_as_user an object", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": map[string]any{"uid": 1}}}),
+			wantErr: "modifications: run_as_user: a map[string]interface {}, not a number"},
+		{name: "run_as_user a fraction", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": json.Number("20001.5")}}),
+			wantErr: "modifications: run_as_user: 20001.5 is not an integer uid"},
+		{name: "run_as_user integral but not an integer literal", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": json.Number("20001.0")}}),
+			wantErr: "modifications: run_as_user: 20001.0 is not an integer uid"},
+		{name: "run_as_user in exponent form", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": json.Number("2e4")}}),
+			wantErr: "modifications: run_as_user: 2e4 is not an integer uid"},
+		{name: "run_as_user negative", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": -1}}),
+			wantErr: "modifications: run_as_user: uid -1: must be between 0 and 2147483647, inclusive"},
+		{name: "run_as_user over Kubernetes' range", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": json.Number("2147483648")}}),
+			wantErr: "modifications: run_as_user: uid 2147483648: must be between 0 and 2147483647, inclusive"},
+		{name: "run_as_user over int64", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": json.Number("9223372036854775808")}}),
+			wantErr: "modifications: run_as_user: 9223372036854775808 is not an integer uid"},
 		{name: "modifications not an object", d: decision(map[string]any{"allowed": true, "modifications": []any{}}), wantErr: "modifications: a []interface {}"},
 		{name: "annotation not a string", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
 			"pod_annotations": map[string]any{"b": 7}}}), wantErr: `pod_annotations: "b": a json.Number`},
@@ -72,7 +101,9 @@ func TestReadVerdict(t *testing.T) {
 }
 
 func equalVerdict(a, b Verdict) bool {
-	ja, _ := json.Marshal([]any{a.Allowed, a.Reason, a.Modifications.Annotations, a.Modifications.Limits})
-	jb, _ := json.Marshal([]any{b.Allowed, b.Reason, b.Modifications.Annotations, b.Modifications.Limits})
+	ja, _ := json.Marshal([]any{a.Allowed, a.Reason, a.Modifications.Annotations, a.Modifications.Limits, a.Modifications.RunAsUser})
+	jb, _ := json.Marshal([]any{b.Allowed, b.Reason, b.Modifications.Annotations, b.Modifications.Limits, b.Modifications.RunAsUser})
 	return string(ja) == string(jb)
 }
+
+func ptr(n int64) *int64 { return &n }

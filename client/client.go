@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -86,7 +87,15 @@ type Modifications struct {
 	PodAnnotations map[string]string `json:"pod_annotations"`
 	// ResourceLimits gives, per container name, the limits of a container that sets none.
 	ResourceLimits map[string]corev1.ResourceList `json:"resource_limits"`
+	// RunAsUser, when set, is the pod-level spec.securityContext.runAsUser to set (the
+	// tenant's HPC uid; the SLURM plugin submits the job with it as --uid). The bridge asks
+	// only when the pod sets none: create spec.securityContext if it is nil, and never
+	// overwrite a runAsUser the pod has (refuse the pod instead).
+	RunAsUser *int64 `json:"run_as_user"`
 }
+
+// maxUID is the largest runAsUser Kubernetes accepts.
+const maxUID = math.MaxInt32
 
 // UnavailableError means no decision could be had: the bridge was unreachable, timed
 // out, or could not reach the Kubernetes API (503). Retrying later may succeed.
@@ -263,6 +272,10 @@ func parseAnswer(status int, data []byte) (Decision, error) {
 		return Decision{}, &ResponseError{StatusCode: status, Message: "answer has no result.allowed: is the document path right?"}
 	}
 	r := answer.Result
+	if u := r.Modifications.RunAsUser; u != nil && (*u < 0 || *u > maxUID) {
+		// A uid Kubernetes would refuse is no uid to run a job as.
+		return Decision{}, &ResponseError{StatusCode: status, Message: fmt.Sprintf("answer is not a decision: modifications.run_as_user %d is not between 0 and %d", *u, maxUID)}
+	}
 	return Decision{Allowed: *r.Allowed, Reason: r.Reason, Modifications: r.Modifications, ID: answer.DecisionID}, nil
 }
 

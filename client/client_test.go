@@ -66,6 +66,23 @@ func TestDecide(t *testing.T) {
 				PodAnnotations: map[string]string{"interlink.io/billing-project": "p-7"},
 				ResourceLimits: map[string]corev1.ResourceList{"main": {corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}},
 			}}},
+		{name: "allowed with run_as_user", status: 200,
+			body: `{"result": {"allowed": true, "reason": "RBAC: allowed", "modifications": {"pod_annotations": {"slurm-job.vk.io/flags": "--account=proj-a"}, "resource_limits": {}, "run_as_user": 20001}}, "decision_id": "d-1"}`,
+			want: Decision{Allowed: true, Reason: "RBAC: allowed", ID: "d-1", Modifications: Modifications{
+				PodAnnotations: map[string]string{"slurm-job.vk.io/flags": "--account=proj-a"},
+				ResourceLimits: map[string]corev1.ResourceList{},
+				RunAsUser:      ptr(20001),
+			}}},
+		{name: "run_as_user 0", status: 200, body: `{"result": {"allowed": true, "modifications": {"run_as_user": 0}}}`,
+			want: Decision{Allowed: true, Modifications: Modifications{RunAsUser: ptr(0)}}},
+		{name: "run_as_user a string", status: 200, body: `{"result": {"allowed": true, "modifications": {"run_as_user": "20001"}}}`,
+			wantErr: new(*ResponseError), errText: "answer is not a decision"},
+		{name: "run_as_user a fraction", status: 200, body: `{"result": {"allowed": true, "modifications": {"run_as_user": 20001.5}}}`,
+			wantErr: new(*ResponseError), errText: "answer is not a decision"},
+		{name: "run_as_user negative", status: 200, body: `{"result": {"allowed": true, "modifications": {"run_as_user": -1}}}`,
+			wantErr: new(*ResponseError), errText: "answer is not a decision: modifications.run_as_user -1 is not between 0 and 2147483647"},
+		{name: "run_as_user over Kubernetes' range", status: 200, body: `{"result": {"allowed": true, "modifications": {"run_as_user": 2147483648}}}`,
+			wantErr: new(*ResponseError), errText: "answer is not a decision: modifications.run_as_user 2147483648 is not between 0 and 2147483647"},
 		{name: "denied", status: 200, body: `{"result": {"allowed": false, "reason": "no binding"}, "decision_id": "d-2"}`,
 			want: Decision{Reason: "no binding", ID: "d-2"}},
 		{name: "API unreachable", status: 503, body: `{"code": "internal_error", "message": "subject access review failed: refused"}`,
@@ -106,6 +123,8 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+func ptr(n int64) *int64 { return &n }
 
 func mustJSON(t *testing.T, v any) string {
 	t.Helper()

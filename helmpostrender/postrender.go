@@ -73,13 +73,14 @@ const (
 var webListen = fmt.Sprintf("127.0.0.1:%d", webPort)
 
 // ClusterRoleRules are the rules of manifests/base's ClusterRole: SubjectAccessReviews,
-// TokenReviews, and watching Namespaces, Nodes and (for quotas) Pods.
+// TokenReviews, watching Namespaces, Nodes and (for quotas) Pods, and reading a Pod's
+// managedFields (who wrote the Virtual Kubelet's annotations).
 func ClusterRoleRules() []any {
 	return []any{
 		map[string]any{"apiGroups": []any{"authorization.k8s.io"}, "resources": []any{"subjectaccessreviews"}, "verbs": []any{"create"}},
 		map[string]any{"apiGroups": []any{"authentication.k8s.io"}, "resources": []any{"tokenreviews"}, "verbs": []any{"create"}},
 		map[string]any{"apiGroups": []any{""}, "resources": []any{"namespaces", "nodes"}, "verbs": []any{"get", "list", "watch"}},
-		map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"list", "watch"}},
+		map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get", "list", "watch"}},
 	}
 }
 

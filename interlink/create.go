@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/sar-bridge/sar-bridge/authorizer"
 )
@@ -46,7 +47,8 @@ func (c createBody) decisionInput() (json.RawMessage, error) {
 }
 
 // apply returns the body to forward: the original bytes when the modifications change
-// nothing, else the body with only the pod's annotations and container limits rewritten.
+// nothing, else the body with only the pod's annotations, container limits and
+// securityContext rewritten.
 func (c createBody) apply(m authorizer.Modifications) ([]byte, error) {
 	pod, err := parseObject(c.pod)
 	if err != nil {
@@ -60,7 +62,11 @@ func (c createBody) apply(m authorizer.Modifications) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !changedMeta && !changedSpec {
+	pod, changedUser, err := setRunAsUser(pod, m.RunAsUser)
+	if err != nil {
+		return nil, err
+	}
+	if !changedMeta && !changedSpec && !changedUser {
 		return c.raw, nil
 	}
 	podBytes, err := pod.marshal()
@@ -219,4 +225,47 @@ func hasLimits(raw json.RawMessage) bool {
 		return true // not ours to overwrite; the decision already read it
 	}
 	return len(m) > 0
+}
+
+// setRunAsUser sets the pod-level securityContext.runAsUser (the SLURM plugin's --uid),
+// creating spec and securityContext when absent and keeping their other members. A
+// runAsUser the pod already has is never overwritten: the policy asks only when there is
+// none, so a different one means the policy and this pod disagree, and the create is
+// refused rather than run as either uid. The same value is no change.
+func setRunAsUser(pod object, uid *int64) (object, bool, error) {
+	if uid == nil {
+		return pod, false, nil
+	}
+	spec, err := parseOptionalObject(pod.get("spec"))
+	if err != nil {
+		return nil, false, fmt.Errorf("pod.spec: %w", err)
+	}
+	sc, err := parseOptionalObject(spec.get("securityContext"))
+	if err != nil {
+		return nil, false, fmt.Errorf("pod.spec.securityContext: %w", err)
+	}
+	if current := sc.get("runAsUser"); !isNull(current) {
+		var have int64
+		if err := json.Unmarshal(current, &have); err != nil || have != *uid {
+			return nil, false, fmt.Errorf("pod.spec.securityContext.runAsUser is %s: the policy's %d would overwrite it", bytes.TrimSpace(current), *uid)
+		}
+		return pod, false, nil
+	}
+	scBytes, err := sc.set("runAsUser", []byte(strconv.FormatInt(*uid, 10))).marshal()
+	if err != nil {
+		return nil, false, err
+	}
+	specBytes, err := spec.set("securityContext", scBytes).marshal()
+	if err != nil {
+		return nil, false, err
+	}
+	return pod.set("spec", specBytes), true, nil
+}
+
+// parseOptionalObject reads an object member that may be absent or null (then empty).
+func parseOptionalObject(raw json.RawMessage) (object, error) {
+	if isNull(raw) {
+		return object{}, nil
+	}
+	return parseObject(raw)
 }

@@ -197,3 +197,85 @@ func mustJSON(v any) string {
 	}
 	return string(b)
 }
+
+// The uid goes into the pod-level securityContext, created when absent; every other
+// byte of the body, the securityContext's other members included, is forwarded as sent.
+func TestApplyRunAsUser(t *testing.T) {
+	uid := func(n int64) *int64 { return &n }
+	const rest = `, "container": [{"name": "main", "secrets": [{"data": {"token": "czNjcjN0PiY="}}]}], "jobScript": "echo <hi> & bye"}`
+	const restOut = `,"container":[{"name": "main", "secrets": [{"data": {"token": "czNjcjN0PiY="}}]}],"jobScript":"echo <hi> & bye"}`
+	tests := []struct {
+		name string
+		pod  string
+		mods authorizer.Modifications
+		// want is the exact forwarded body; "" means the body goes out unchanged.
+		want    string
+		wantErr string
+	}{
+		{name: "no run_as_user", pod: `{"spec": {"containers": []}}`},
+		{name: "securityContext created",
+			pod: `{"metadata": {"name": "p"}, "spec": {"containers": [{"name": "main"}], "nodeName": "vk"}}`, mods: authorizer.Modifications{RunAsUser: uid(20001)},
+			want: `{"pod":{"metadata":{"name": "p"},"spec":{"containers":[{"name": "main"}],"nodeName":"vk","securityContext":{"runAsUser":20001}}}` + restOut},
+		{name: "securityContext null",
+			pod: `{"spec": {"securityContext": null, "containers": []}}`, mods: authorizer.Modifications{RunAsUser: uid(20001)},
+			want: `{"pod":{"spec":{"securityContext":{"runAsUser":20001},"containers":[]}}` + restOut},
+		{name: "other securityContext fields kept",
+			pod:  `{"spec": {"securityContext": {"fsGroup": 7,  "runAsGroup": 20000, "seccompProfile": {"type": "RuntimeDefault"}}, "containers": []}}`,
+			mods: authorizer.Modifications{RunAsUser: uid(20001)},
+			want: `{"pod":{"spec":{"securityContext":{"fsGroup":7,"runAsGroup":20000,"seccompProfile":{"type": "RuntimeDefault"},"runAsUser":20001},"containers":[]}}` + restOut},
+		{name: "runAsUser null counts as none",
+			pod: `{"spec": {"securityContext": {"runAsUser": null, "runAsNonRoot": true}}}`, mods: authorizer.Modifications{RunAsUser: uid(20001)},
+			want: `{"pod":{"spec":{"securityContext":{"runAsUser":20001,"runAsNonRoot":true}}}` + restOut},
+		{name: "no spec",
+			pod: `{"metadata": {"name": "p"}}`, mods: authorizer.Modifications{RunAsUser: uid(0)},
+			want: `{"pod":{"metadata":{"name": "p"},"spec":{"securityContext":{"runAsUser":0}}}` + restOut},
+		{name: "container-level runAsUser is not the pod's",
+			pod: `{"spec": {"containers": [{"name": "main", "securityContext": {"runAsUser": 5}}]}}`, mods: authorizer.Modifications{RunAsUser: uid(20001)},
+			want: `{"pod":{"spec":{"containers":[{"name": "main", "securityContext": {"runAsUser": 5}}],"securityContext":{"runAsUser":20001}}}` + restOut},
+		{name: "with annotations and limits",
+			pod: `{"metadata": {"annotations": {"a": "b"}}, "spec": {"containers": [{"name": "main"}]}}`,
+			mods: authorizer.Modifications{Annotations: map[string]string{"slurm-job.vk.io/flags": "--account=proj-a"},
+				Limits: map[string]map[string]string{"main": {"cpu": "1"}}, RunAsUser: uid(20001)},
+			want: `{"pod":{"metadata":{"annotations":{"a":"b","slurm-job.vk.io/flags":"--account=proj-a"}},"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"1"}}}],"securityContext":{"runAsUser":20001}}}` + restOut},
+		{name: "same runAsUser already set: unchanged",
+			pod: `{"spec": {"securityContext": {"runAsUser": 20001}}}`, mods: authorizer.Modifications{RunAsUser: uid(20001)}},
+		{name: "another runAsUser is never overwritten",
+			pod: `{"spec": {"securityContext": {"runAsUser": 0}}}`, mods: authorizer.Modifications{RunAsUser: uid(20001)},
+			wantErr: "pod.spec.securityContext.runAsUser is 0: the policy's 20001 would overwrite it"},
+		{name: "a runAsUser that is no integer is not overwritten",
+			pod: `{"spec": {"securityContext": {"runAsUser": "20001"}}}`, mods: authorizer.Modifications{RunAsUser: uid(20001)},
+			wantErr: `pod.spec.securityContext.runAsUser is "20001": the policy's 20001 would overwrite it`},
+		{name: "securityContext not an object",
+			pod: `{"spec": {"securityContext": []}}`, mods: authorizer.Modifications{RunAsUser: uid(20001)},
+			wantErr: "pod.spec.securityContext: not a JSON object"},
+		{name: "spec not an object",
+			pod: `{"spec": "x"}`, mods: authorizer.Modifications{RunAsUser: uid(20001)},
+			wantErr: "pod.spec: not a JSON object"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := `{"pod": ` + tt.pod + rest
+			body, err := parseCreate([]byte(in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := body.apply(tt.mods)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("want error %q, got %v (%s)", tt.wantErr, err, out)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tt.want
+			if want == "" {
+				want = in
+			}
+			if string(out) != want {
+				t.Fatalf("forwarded\n  %s\nwant\n  %s", out, want)
+			}
+		})
+	}
+}

@@ -349,6 +349,9 @@ func (r *Relay) pluginError(w http.ResponseWriter, req *http.Request, err error)
 		writeLine(w, http.StatusBadGateway, "bad gateway: "+err.Error())
 		return
 	}
+	// The transport may still be reading the request body (full duplex, see relay): the
+	// server must not read the next request from this connection meanwhile.
+	w.Header().Set("Connection", "close")
 	level.Warn(r.logger).Log("msg", "plugin unreachable", "plugin", r.opts.Plugin.String(), "route", label, "err", err)
 	writeLine(w, http.StatusBadGateway, "plugin unreachable: "+err.Error())
 }

@@ -262,6 +262,15 @@ func TestCreate(t *testing.T) {
 		{name: "unusable modifications", path: "/create", body: createBodyFixture,
 			decider:    &fakeDecider{d: allowed(map[string]any{"pod_annotations": map[string]any{"a": 1}})},
 			wantStatus: http.StatusInternalServerError, wantBody: `sar-bridge: error: policy interlink/authz/decision: modifications: pod_annotations: "a": a json.Number, not a string`, decided: true, outcome: outcomeError},
+		{name: "run_as_user not a uid", path: "/create", body: createBodyFixture,
+			decider:    &fakeDecider{d: allowed(map[string]any{"run_as_user": "root"})},
+			wantStatus: http.StatusInternalServerError, wantBody: `sar-bridge: error: policy interlink/authz/decision: modifications: run_as_user: a string, not a number`, decided: true, outcome: outcomeError},
+		{name: "run_as_user negative", path: "/create", body: createBodyFixture,
+			decider:    &fakeDecider{d: allowed(map[string]any{"run_as_user": -1})},
+			wantStatus: http.StatusInternalServerError, wantBody: `sar-bridge: error: policy interlink/authz/decision: modifications: run_as_user: uid -1: must be between 0 and 2147483647, inclusive`, decided: true, outcome: outcomeError},
+		{name: "run_as_user over the pod's own", path: "/create", body: `{"pod": {"metadata": {"name": "p"}, "spec": {"securityContext": {"runAsUser": 0}}}}`,
+			decider:    &fakeDecider{d: allowed(map[string]any{"run_as_user": 20001})},
+			wantStatus: http.StatusInternalServerError, wantBody: `sar-bridge: error: applying the policy's modifications: pod.spec.securityContext.runAsUser is 0: the policy's 20001 would overwrite it`, decided: true, outcome: outcomeError},
 		{name: "malformed body", path: "/create", body: `{"pod": {`, decider: &fakeDecider{d: allowed(nil)},
 			wantStatus: http.StatusBadRequest, wantBody: "sar-bridge: bad request: body: value of \"pod\": unexpected EOF", outcome: outcomeInvalid},
 		{name: "no pod", path: "/create", body: `{"container": []}`, decider: &fakeDecider{d: allowed(nil)},
@@ -328,6 +337,28 @@ func TestCreateForwardsModifiedBody(t *testing.T) {
 	}
 	if fmt.Sprint(d.fields[0]) != "[route create]" {
 		t.Errorf("decision log fields %v", d.fields[0])
+	}
+}
+
+// The policy's uid reaches the plugin in the pod's securityContext, beside the members
+// the pod set; the rest of the body goes out byte for byte.
+func TestCreateForwardsRunAsUser(t *testing.T) {
+	d := &fakeDecider{d: allowed(map[string]any{"pod_annotations": map[string]any{}, "resource_limits": map[string]any{}, "run_as_user": 20001})}
+	h := newHarness(t, d, Options{})
+	in := `{"pod": {"metadata": {"name": "p", "namespace": "team-a"}, "spec": {"securityContext": {"fsGroup": 7}, "containers": [{"name": "main"}]}},
+ "container": [{"name": "main", "secrets": [{"data": {"token": "czNjcjN0PiY="}}]}], "jobConfig": {"x": "<&>"}}`
+	res, body := h.do(t, http.MethodPost, "/create", []byte(in))
+	if res.StatusCode != http.StatusCreated || string(body) != pluginAnswer {
+		t.Fatalf("answer %d %q", res.StatusCode, body)
+	}
+	got := h.plugin.requests()
+	if len(got) != 1 {
+		t.Fatalf("plugin got %d requests", len(got))
+	}
+	want := `{"pod":{"metadata":{"name": "p", "namespace": "team-a"},"spec":{"securityContext":{"fsGroup":7,"runAsUser":20001},"containers":[{"name": "main"}]}},` +
+		`"container":[{"name": "main", "secrets": [{"data": {"token": "czNjcjN0PiY="}}]}],"jobConfig":{"x": "<&>"}}`
+	if string(got[0].body) != want {
+		t.Fatalf("forwarded\n  %s\nwant\n  %s", got[0].body, want)
 	}
 }
 

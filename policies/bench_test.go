@@ -36,7 +36,8 @@ const benchData = `{
     ],
     "restricted_annotations": {
       "slurm-job.vk.io/flags": {"users": [], "groups": ["system:serviceaccounts:team-a"]}
-    }
+    },
+    "hpc": {"tenants": {"*": {"sbatch_options": ["--job-name", "--time"]}}}
   }
 }`
 

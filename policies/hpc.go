@@ -15,14 +15,15 @@ import (
 // side, read once in Go the way the plugins read it (issue 32), so that the policy judges
 // options and paths rather than parsing shell and sbatch syntax in Rego:
 //
-//	{"inert": bool,
+//	{"inert": bool, "sbatch_only": bool,
 //	 "sbatch": {"options": {name: value or true}, "order": [name, ...], "error": msg or null},
 //	 "runtime": {annotation: {"options": [name, ...], "error": msg or null}},
 //	 "host_paths": [{"path": p, "from": what names it}, ...],
 //	 "ids": [{"field": f, "kind": "uid" or "gid", "value": n}, ...],
 //	 "words": [{"what": w, "error": msg}, ...],
 //	 "pod_ip": {"valid": bool},
-//	 "host_mode": bool}
+//	 "host_mode": bool,
+//	 "writers": {annotation: "vk" or "other"}}
 //
 // sbatch is there when the pod sets slurm-job.vk.io/flags: the options sbatch reads from
 // the #SBATCH lines the SLURM plugin writes (slurmjob.ParseFlags), by long name, or why
@@ -34,7 +35,11 @@ import (
 // roots, hostPath and mount paths, probe commands). pod_ip is there when the pod sets
 // interlink.eu/pod-ip. host_mode is HTCondor's rule for running a pod's command on the
 // host: the first container's image contains "host". inert is true when the pod sets
-// none of these, so that nothing of the HPC rules applies to it but the tenant's defaults.
+// none of these, so that nothing of the HPC rules applies to it but the tenant's
+// defaults; sbatch_only when all it sets is a flags annotation that could be read (the
+// default policy's fast path decides both). writers is not PodHPC's: the authorizer adds
+// it, for the relay and the Data API, from the live pod's managedFields (who wrote
+// pre-exec and wstunnel-client-commands: interLink's Virtual Kubelet, or someone else).
 
 // HPC annotations the plugins read (FACTS.md; slurmjob names the SLURM plugin's).
 const (
@@ -72,6 +77,7 @@ var runtimeAnnotations = []struct {
 // hpcRead collects input.hpc as the pod is walked.
 type hpcRead struct {
 	inert     bool
+	others    bool // set: something besides a readable flags annotation
 	sbatch    *ast.Term
 	runtime   [][2]*ast.Term
 	hostPaths []*ast.Term
@@ -112,10 +118,15 @@ func (r *hpcRead) readAnnotations(annotations ast.Object) {
 	for _, key := range hpcAnnotations {
 		if annotations.Get(ast.StringTerm(key)) != nil {
 			r.inert = false
+			r.others = r.others || key != slurmjob.FlagsAnnotation
 		}
 	}
 	if v, ok := get(slurmjob.FlagsAnnotation); ok {
-		r.sbatch = sbatchValue(v)
+		var readable bool
+		r.sbatch, readable = sbatchValue(v)
+		r.others = r.others || !readable
+	} else if annotations.Get(ast.StringTerm(slurmjob.FlagsAnnotation)) != nil {
+		r.others = true // not a string
 	}
 	for _, ra := range runtimeAnnotations {
 		v, ok := get(ra.key)
@@ -148,15 +159,16 @@ func (r *hpcRead) readAnnotations(annotations ast.Object) {
 	}
 }
 
-// sbatchValue is input.hpc.sbatch for a flags annotation's value.
-func sbatchValue(flags string) *ast.Term {
+// sbatchValue is input.hpc.sbatch for a flags annotation's value, and whether it
+// could be read.
+func sbatchValue(flags string) (*ast.Term, bool) {
 	opts, err := slurmjob.ParseFlags(flags)
 	if err != nil {
 		return ast.ObjectTerm(
 			ast.Item(ast.StringTerm("options"), ast.ObjectTerm()),
 			ast.Item(ast.StringTerm("order"), ast.ArrayTerm()),
 			ast.Item(ast.StringTerm("error"), errorTerm(err)),
-		)
+		), false
 	}
 	byName := make([][2]*ast.Term, 0, len(opts))
 	order := make([]*ast.Term, 0, len(opts))
@@ -172,7 +184,7 @@ func sbatchValue(flags string) *ast.Term {
 		ast.Item(ast.StringTerm("options"), ast.ObjectTerm(byName...)),
 		ast.Item(ast.StringTerm("order"), ast.ArrayTerm(order...)),
 		ast.Item(ast.StringTerm("error"), ast.NullTerm()),
-	)
+	), true
 }
 
 func errorTerm(err error) *ast.Term {
@@ -274,7 +286,7 @@ func appendIDs(ids []*ast.Term, obj ast.Value, field string) []*ast.Term {
 }
 
 func (r *hpcRead) hostPath(p, from string) {
-	r.inert = false
+	r.inert, r.others = false, true
 	r.hostPaths = append(r.hostPaths, ast.ObjectTerm(
 		ast.Item(ast.StringTerm("path"), ast.StringTerm(p)),
 		ast.Item(ast.StringTerm("from"), ast.StringTerm(from)),
@@ -297,7 +309,7 @@ func (r *hpcRead) quoted(what, v string) {
 }
 
 func (r *hpcRead) bad(what, msg string) {
-	r.inert = false
+	r.inert, r.others = false, true
 	r.words = append(r.words, ast.ObjectTerm(
 		ast.Item(ast.StringTerm("what"), ast.StringTerm(what)),
 		ast.Item(ast.StringTerm("error"), ast.StringTerm(msg)),
@@ -306,10 +318,11 @@ func (r *hpcRead) bad(what, msg string) {
 
 func (r *hpcRead) value() ast.Value {
 	if len(r.ids) > 0 || r.hostMode {
-		r.inert = false
+		r.inert, r.others = false, true
 	}
 	obj := ast.NewObject(
 		ast.Item(ast.StringTerm("inert"), ast.BooleanTerm(r.inert)),
+		ast.Item(ast.StringTerm("sbatch_only"), ast.BooleanTerm(!r.inert && !r.others)),
 		ast.Item(ast.StringTerm("runtime"), ast.ObjectTerm(r.runtime...)),
 		ast.Item(ast.StringTerm("host_paths"), ast.ArrayTerm(r.hostPaths...)),
 		ast.Item(ast.StringTerm("ids"), ast.ArrayTerm(r.ids...)),

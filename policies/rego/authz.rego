@@ -117,13 +117,21 @@ decision := {
 	# Rules 6 and 9 (interlink.rego, hpc.rego): a pod that sets nothing the
 	# HPC side reads (input.hpc.inert: no restricted or HPC annotation, no
 	# uid or gid, no host path, only plain words where the plugins write
-	# them unquoted), of a tenant whose settings are readable (hpc_defaults:
-	# false otherwise). Rule 7 (quota.rego): a tenant without a quota (with
-	# one, the general rules decide). Profiles exist only where nothing else
-	# of rules 6 and 7 applies.
-	input.hpc.inert == true
+	# them unquoted), or nothing but sbatch options that could be read
+	# (sbatch_only), each listed for the tenant with a listed value where it
+	# needs one; of a tenant whose settings are readable (hpc_defaults: false
+	# otherwise). Rule 7 (quota.rego): a tenant without a quota (with one,
+	# the general rules decide). Profiles exist only where nothing else of
+	# rules 6 and 7 applies.
 	hpc := object.get(fast.hpc_defaults, tenant, fast.hpc_defaults["*"])
 	is_object(hpc)
+	hpc_input := input.hpc
+	[1 | hpc_input.inert != true; hpc_input.sbatch_only != true] == []
+	[1 |
+		some name, value in hpc_input.sbatch.options
+		not hpc.options[name]
+		not hpc.values[name][value]
+	] == []
 	not fast.quota_tenants[tenant]
 
 	# Rule 8: the site's extension packages, evaluated rather than proved
@@ -138,7 +146,10 @@ decision := {
 				p := input.namespace.labels["interlink.io/billing-project"]
 				is_string(p)
 			},
-			hpc.annotations,
+			{"slurm-job.vk.io/flags": _hpc_flags_with_account(a) |
+				a := hpc.account
+				not hpc_input.sbatch.options["--account"]
+			},
 		),
 		_site_pod_annotations,
 	)
@@ -226,10 +237,18 @@ _pre_hpc_failed(name) if {
 	data.interlink.hpc_settings._precompute.errors["*"]
 }
 
-_pre_hpc_default(settings) := {
-	"annotations": {"slurm-job.vk.io/flags": concat("", ["--account=", a]) | a := settings.account; is_string(a)},
-	"modifications": {"run_as_user": u | u := settings.uid; is_number(u)},
-}
+_pre_hpc_default(settings) := object.union(
+	{
+		"modifications": {"run_as_user": u | u := settings.uid; is_number(u)},
+		"options": {name: true |
+			some name, _ in settings.sbatch_options
+			not name in _hpc_never
+			not _hpc_value_lists[name]
+		},
+		"values": {name: settings[list] | some name, list in _hpc_value_lists},
+	},
+	{"account": a | a := settings.account; is_string(a)},
+)
 
 # Every group and user data names: caps and protected taints. A subject's
 # profile depends on these alone.

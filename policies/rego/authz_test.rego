@@ -51,7 +51,7 @@ base := {
 }
 
 # input.hpc of a pod that sets nothing the HPC side reads (policies/hpc.go).
-inert_hpc := {"inert": true, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false}
+inert_hpc := {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false}
 
 # with_spec merges extra fields into the base pod spec.
 with_spec(extra) := object.union(base, {"pod": object.union(base.pod, {"spec": object.union(base.pod.spec, extra)})})
@@ -825,10 +825,14 @@ test_precompute_profiles_by_user if {
 # The tenants' HPC defaults for inert pods: a tenant with errors, or every
 # tenant when "*" has them, has none (the general rules refuse its pods).
 test_precompute_hpc_defaults if {
-	pre := authz._precompute with data.interlink.hpc.tenants as {"*": {"uid": 20000}, "team-x": {"account": "proj-x"}, "bad": {"uid": "root"}}
+	pre := authz._precompute with data.interlink.hpc.tenants as {"*": {"uid": 20000, "sbatch_options": ["--time", "--uid", "--account"]}, "team-x": {"account": "proj-x", "partitions": ["cpu"]}, "bad": {"uid": "root"}}
+	no_values := {"--account": {}, "--partition": {}, "--qos": {}, "--reservation": {}}
 	pre.fast.hpc_defaults == {
-		"*": {"annotations": {}, "modifications": {"run_as_user": 20000}},
-		"team-x": {"annotations": {"slurm-job.vk.io/flags": "--account=proj-x"}, "modifications": {"run_as_user": 20000}},
+		"*": {"modifications": {"run_as_user": 20000}, "options": {"--time": true}, "values": no_values},
+		"team-x": {
+			"account": "proj-x", "modifications": {"run_as_user": 20000}, "options": {"--time": true},
+			"values": object.union(no_values, {"--account": {"proj-x": true}, "--partition": {"cpu": true}}),
+		},
 		"bad": false,
 	}
 	broken := authz._precompute with data.interlink.hpc.tenants as {"*": {"mount_prefixes": ["scratch"]}, "team-x": {}}
@@ -918,4 +922,31 @@ test_deny_counts if {
 	d := authz.decision with input as base with authz.deny as {"site deny"}
 	d.allowed == false
 	d.reason == "site deny"
+}
+
+# The fast path decides a pod whose only HPC setting is sbatch options the tenant
+# may use, and appends the tenant's account as the general rules do.
+test_fast_path_takes_listed_sbatch_options if {
+	hpc_data := {"tenants": {"*": {"sbatch_options": ["--time"], "partitions": ["cpu"], "account": "proj-a"}}}
+	pre := authz._precompute with data.interlink.hpc as hpc_data
+	inp := object.union(fast_cases[0], {
+		"pod": {"metadata": {"annotations": {"slurm-job.vk.io/flags": "--time=1 -p cpu"}}},
+		"hpc": object.union(inert_hpc, {"inert": false, "sbatch_only": true, "sbatch": {"options": {"--time": "1", "--partition": "cpu"}, "order": ["--time", "--partition"], "error": null}}),
+	})
+	fast := authz.decision with input as inp
+		with data.interlink.hpc as hpc_data
+		with data.sar_bridge.precomputed.interlink.authz as pre
+		with authz.allow as "general rules"
+	fast.allowed == true
+	fast.modifications.pod_annotations == {"slurm-job.vk.io/flags": "--time=1 -p cpu --account=proj-a"}
+	general := authz.decision with input as inp with data.interlink.hpc as hpc_data
+	general.modifications == fast.modifications
+
+	# An option not listed: the general rules decide (and refuse).
+	other := object.union(inp, {"hpc": {"sbatch": {"options": {"--mail-user": "a@b"}}}})
+	d := authz.decision with input as other
+		with data.interlink.hpc as hpc_data
+		with data.sar_bridge.precomputed.interlink.authz as pre
+		with authz.allow as "general rules"
+	d.allowed == "general rules"
 }

@@ -28,6 +28,10 @@ _hpc_tenant := t if {
 # runs: a value from the tenant's list, whoever the subject.
 _hpc_value_lists := {"--account": "accounts_or_default", "--partition": "partitions", "--qos": "qos", "--reservation": "reservations"}
 
+# Their lists, as data names them (an account is the tenant's account or one of
+# its accounts).
+_hpc_value_names := {"--account": "accounts", "--partition": "partitions", "--qos": "qos", "--reservation": "reservations"}
+
 # Never from a pod: the job's uid and gid come from its securityContext, judged
 # below (the plugin writes --uid from runAsUser).
 _hpc_never := {"--uid", "--gid"}
@@ -50,7 +54,7 @@ _hpc_violations contains msg if {
 	some name, value in input.hpc.sbatch.options
 	list := _hpc_value_lists[name]
 	not _hpc[list][value]
-	msg := sprintf("sbatch option %s=%v (annotation %q) is not allowed for tenant %q: allowed %s (data.interlink.hpc.tenants)", [name, value, "slurm-job.vk.io/flags", _hpc_tenant, _hpc_allowed(list)])
+	msg := sprintf("sbatch option %s=%v (annotation %q) is not allowed for tenant %q: allowed %s: %s (data.interlink.hpc.tenants)", [name, value, "slurm-job.vk.io/flags", _hpc_tenant, _hpc_value_names[name], _hpc_allowed(list)])
 }
 
 _hpc_violations contains msg if {

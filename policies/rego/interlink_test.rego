@@ -35,7 +35,7 @@ base := {
 
 # input.hpc as sar-bridge derives it (policies/hpc.go): of a pod that sets nothing
 # the HPC side reads, and of one that sets annotations the plugins read.
-inert_hpc := {"inert": true, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false}
+inert_hpc := {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false}
 
 set_hpc := object.union(inert_hpc, {"inert": false})
 
@@ -88,7 +88,7 @@ test_annotation_denied_by_default if {
 test_annotation_flags_denied_by_default if {
 	d := authz.decision with input as with_flags({"slurm-job.vk.io/flags": "--partition=debug"}, {"--partition": "debug"})
 	d.allowed == false
-	d.reason == "sbatch option --partition=debug (annotation \"slurm-job.vk.io/flags\") is not allowed for tenant \"tenant-a\": allowed none (data.interlink.hpc.tenants)"
+	d.reason == "sbatch option --partition=debug (annotation \"slurm-job.vk.io/flags\") is not allowed for tenant \"tenant-a\": allowed partitions: none (data.interlink.hpc.tenants)"
 }
 
 test_annotation_absent_allowed_by_default if {

@@ -29,7 +29,7 @@ create(usage) := {
 	"node": {"name": "vk-a", "found": true, "labels": {}, "taints": [], "allocatable": {}},
 	"review": {"allowed": true, "denied": false, "reason": "RBAC: allowed", "attributes": []},
 	"quota": usage,
-	"hpc": {"inert": true, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false},
+	"hpc": {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false},
 }
 
 usage(tenant, node, request) := {"tenant": tenant, "node": node, "request": request}

@@ -309,6 +309,10 @@ func TestChartRejectsBadValues(t *testing.T) {
 			[]string{"admission/timeoutSeconds", "maximum: got 31, want 30"}},
 		{"unknown admission identity", []string{"--set", "admission.identity=user"},
 			[]string{"admission/identity", "value must be one of"}},
+		{"a Virtual Kubelet user with a wildcard", []string{"--set", "admission.vkUsers={system:serviceaccount:*:vk}"},
+			[]string{"admission/vkUsers/0", "does not match pattern"}},
+		{"everyone as the Virtual Kubelet", []string{"--set", "admission.vkGroups={system:authenticated}"},
+			[]string{"admission/vkGroups/0"}},
 		{"relay to a plugin URL without a scheme", []string{"--set-string", "interlink.pluginURL=plugin:4000"},
 			[]string{"interlink/pluginURL", "does not match pattern"}},
 		{"relay to a https plugin (the relay speaks http)", []string{"--set-string", "interlink.pluginURL=https://plugin:4000"},
@@ -576,6 +580,9 @@ subjects:
 			{"protected taint, informer-fed node", input("create", newPod("team-a", "runner", "c-5",
 				withToleration(corev1.Toleration{Key: "hpc.example/gpu", Operator: corev1.TolerationOpExists}))), deny("hpc.example/gpu")},
 			{"another tenant's node", input("create", newPod("team-a", "runner", "c-6"), onNode("vk-b")), deny("tenant-b")},
+			// Reads the pod from the API (get pods) to see who wrote the annotation.
+			{"a pre-exec not written by the Virtual Kubelet", input("create", newPod("team-a", "runner", "c-7",
+				withAnnotations(map[string]string{"slurm-job.vk.io/pre-exec": e2eMeshScript}))), deny(`annotation "slurm-job.vk.io/pre-exec" is restricted`)},
 		} {
 			t.Run(tc.name, func(t *testing.T) { authnDecide(t, c, tc.in, tc.want) })
 		}
@@ -592,7 +599,7 @@ subjects:
 			// The chart's ClusterRole.
 			"namespaces [] [] [get list watch]",
 			"nodes [] [] [get list watch]",
-			"pods [] [] [list watch]",
+			"pods [] [] [get list watch]",
 			"subjectaccessreviews.authorization.k8s.io [] [] [create]",
 			"tokenreviews.authentication.k8s.io [] [] [create]",
 			// What every authenticated user may (system:basic-user, system:discovery,

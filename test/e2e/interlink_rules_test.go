@@ -98,8 +98,10 @@ func TestInterlinkRules(t *testing.T) {
 		{"pre-exec by someone else", body(interlinkNS, "runner", "job-pre-runner", preExec, nil),
 			`annotation "slurm-job.vk.io/pre-exec" is restricted: subject "system:serviceaccount:interlink-e2e:runner" is not among its allowed users [] or groups ["system:serviceaccounts:interlink-rules-admins"] (data.interlink.restricted_annotations)`},
 		{"flags by a listed user", body(interlinkNS, "late", "job-flags-late", flags, nil), ""},
+		// Subjects listed for flags may set any option; others only the options their
+		// tenant's HPC settings list (none here).
 		{"flags by someone else", body(rulesAdminNS, "ops", "job-flags-admin", flags, nil),
-			`annotation "slurm-job.vk.io/flags" is restricted: subject "system:serviceaccount:interlink-rules-admins:ops" is not among its allowed users ["system:serviceaccount:interlink-e2e:late"] or groups [] (data.interlink.restricted_annotations)`},
+			`sbatch option --time (annotation "slurm-job.vk.io/flags") is not allowed for tenant "team-a": allowed none (data.interlink.hpc.tenants)`},
 		{"image from a lookalike registry", body(interlinkNS, "runner", "job-image", nil, quay),
 			`init container "setup" image "registry.example.org.evil.com/team-a/setup:1" (registry.example.org.evil.com/team-a/setup) is not from a registry allowed for tenant "team-a" (subject "system:serviceaccount:interlink-e2e:runner"; allowed: docker.io/library/, registry.example.org/team-a)`},
 	} {

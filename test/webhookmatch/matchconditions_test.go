@@ -154,6 +154,27 @@ func pod(f func(*corev1.PodSpec)) *corev1.Pod {
 	return p
 }
 
+const (
+	preExec  = "slurm-job.vk.io/pre-exec"
+	wstunnel = "interlink.eu/wstunnel-client-commands"
+)
+
+// withAnnotations sets p's annotations from key, value pairs (none: no annotations).
+func withAnnotations(p *corev1.Pod, kv ...string) *corev1.Pod {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[kv[i]] = kv[i+1]
+	}
+	return p
+}
+
+// pinned is a pod bound to a (virtual) node with annotations from key, value pairs.
+func pinned(kv ...string) *corev1.Pod {
+	return withAnnotations(pod(func(s *corev1.PodSpec) { s.NodeName = "vk-1" }), kv...)
+}
+
 func tolerating(tols ...corev1.Toleration) func(*corev1.PodSpec) {
 	return func(s *corev1.PodSpec) { s.Tolerations = tols }
 }
@@ -219,6 +240,30 @@ func TestShippedWebhooksMatch(t *testing.T) {
 		{"update: tolerations unchanged (a label)", request(admission.Update, podsGVR, "", labelled(pod(tolerating(t0, tVirt))), pod(tolerating(t0, tVirt))), nil},
 		{"update: no tolerations, pinned (a label)", request(admission.Update, podsGVR, "", labelled(pod(func(s *corev1.PodSpec) { s.NodeName = "vk-1" })), pod(func(s *corev1.PodSpec) { s.NodeName = "vk-1" })), nil},
 		{"pod status", request(admission.Update, podsGVR, "status", pod(tolerating(tVirt)), pod(nil)), nil},
+		// The annotations interLink's Virtual Kubelet writes as shell: any change is a call
+		// (the bridge lets its identities through and lets a removal pass).
+		{"update: pre-exec added", request(admission.Update, podsGVR, "", pinned(preExec, "echo x"), pinned()),
+			[]string{"validating " + podsHook}},
+		{"update: pre-exec added to other annotations", request(admission.Update, podsGVR, "", pinned("other", "1", preExec, "echo x"), pinned("other", "1")),
+			[]string{"validating " + podsHook}},
+		{"update: pre-exec changed", request(admission.Update, podsGVR, "", pinned(preExec, "echo y"), pinned(preExec, "echo x")),
+			[]string{"validating " + podsHook}},
+		{"update: pre-exec emptied", request(admission.Update, podsGVR, "", pinned(preExec, ""), pinned(preExec, "echo x")),
+			[]string{"validating " + podsHook}},
+		{"update: pre-exec removed", request(admission.Update, podsGVR, "", pinned("other", "1"), pinned("other", "1", preExec, "echo x")),
+			[]string{"validating " + podsHook}},
+		{"update: wstunnel commands added", request(admission.Update, podsGVR, "", pinned(wstunnel, "wstunnel client"), pinned()),
+			[]string{"validating " + podsHook}},
+		{"update: wstunnel commands changed", request(admission.Update, podsGVR, "", pinned(wstunnel, "b"), pinned(wstunnel, "a")),
+			[]string{"validating " + podsHook}},
+		{"update: wstunnel commands removed", request(admission.Update, podsGVR, "", pinned(), pinned(wstunnel, "a")),
+			[]string{"validating " + podsHook}},
+		{"update: another annotation, both keys unchanged", request(admission.Update, podsGVR, "",
+			pinned(preExec, "echo x", wstunnel, "a", "other", "2"), pinned(preExec, "echo x", wstunnel, "a", "other", "1")), nil},
+		{"update: another annotation added", request(admission.Update, podsGVR, "", pinned("slurm-job.vk.io/flags", "--time=1"), pinned()), nil},
+		{"update: a key like pre-exec", request(admission.Update, podsGVR, "", pinned("slurm-job.vk.io/pre-exec-x", "echo x"), pinned()), nil},
+		{"update: pre-exec added to a pod aimed nowhere", request(admission.Update, podsGVR, "", withAnnotations(pod(nil), preExec, "echo x"), pod(nil)), nil},
+		{"pod status: pre-exec added", request(admission.Update, podsGVR, "status", pinned(preExec, "echo x"), pinned()), nil},
 		{"binding", request(admission.Create, podsGVR, "binding", binding, nil), []string{"validating " + bindingsHook}},
 		{"create: job aimed by nodeSelector", request(admission.Create, gvr("batch", "jobs"), "",
 			&batchv1.Job{TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"}, ObjectMeta: wlMeta, Spec: batchv1.JobSpec{Template: aimed}}, nil),

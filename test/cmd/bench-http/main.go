@@ -199,6 +199,7 @@ func prepare(args []string) error {
 		}
 		opaInput["resources"] = podResources(w.name)
 		opaInput["tolerations"] = podTolerations()
+		opaInput["hpc"] = podHPC()
 		for target, input := range map[string]any{"bridge": bridgeInput, "opa": opaInput} {
 			b, err := json.Marshal(map[string]any{"input": input})
 			if err != nil {
@@ -325,6 +326,12 @@ func podTolerations() map[string]any {
 		},
 		"keyless_exists": 0,
 	}
+}
+
+// podHPC is input.hpc as the bridge builds it (policies.PodHPC) for a pod that sets
+// nothing interLink's plugins read.
+func podHPC() map[string]any {
+	return map[string]any{"inert": true, "sbatch_only": false, "runtime": map[string]any{}, "host_paths": []any{}, "ids": []any{}, "words": []any{}, "host_mode": false}
 }
 
 func orEmpty(m map[string]string) map[string]string {

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# make bench-scale: what the size of the cluster costs the bridge. In one test control
+# plane (kube-apiserver and etcd, no scheduler: pods are bound by spec.nodeName), with
+# M pods on a virtual node and a quota for their tenant (so they are followed), the
+# built binary is started three times: with no other pod, with M + VIRTUAL_MORE virtual
+# pods (the cost per virtual pod), and with N pods on ordinary nodes. It prints, for
+# each, the time to /ready and, SETTLE after it, RSS, peak RSS and heap in use, then the
+# growth with N (issue 35 bounds it at 10 %) and the cost per virtual pod. It measures
+# only: nothing here passes or fails on a figure.
+#
+#   hack/bench-scale.sh                          # needs bin/sar-bridge and the control plane
+#   ORDINARY=2000 hack/bench-scale.sh            # a quick run
+#   BASELINE=/tmp/old/sar-bridge hack/bench-scale.sh   # also measure another binary (e.g. a release)
+#
+# Environment: ORDINARY (N, 20000), VIRTUAL (M, 200), VIRTUAL_MORE (1800), WORKERS (32
+# concurrent creates), SETTLE (8s), BRIDGE (bin/sar-bridge), BASELINE (another binary to
+# measure beside it), STREAMING_OFF=1 also measures the binary with client-go's streaming
+# lists off (KUBE_FEATURE_WatchListClient=false), BENCH_KEEP=1 keeps the working directory
+# (logs), SAR_BRIDGE_CACHE.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+bridge=${BRIDGE:-$root/bin/sar-bridge}
+log() { printf 'bench-scale: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+[ -x "$bridge" ] || die "$bridge is missing: make build"
+controlplane_bin=$(hack/controlplane.sh)
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sar-bridge-bench-scale.XXXXXX")
+cleanup() {
+  if [ "${BENCH_KEEP:-}" = 1 ]; then log "kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+
+log "building the helper (test/cmd/bench-scale)"
+(cd test && go build -o "$tmp/bench-scale" ./cmd/bench-scale)
+
+args=(--bin-dir "$controlplane_bin" --dir "$tmp/run" --keep
+  --ordinary "${ORDINARY:-20000}" --virtual "${VIRTUAL:-200}" --virtual-more "${VIRTUAL_MORE:-1800}"
+  --workers "${WORKERS:-32}" --settle "${SETTLE:-8s}" --bridge "sar-bridge=$bridge")
+[ "${STREAMING_OFF:-}" = 1 ] && args+=(--bridge "no-streaming=$bridge,KUBE_FEATURE_WatchListClient=false")
+[ -n "${BASELINE:-}" ] && args+=(--bridge "baseline=$BASELINE")
+SAR_BRIDGE_ROOT=$root "$tmp/bench-scale" "${args[@]}"
