@@ -28,8 +28,8 @@ GO_BUILD    := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 
 export SAR_BRIDGE_CACHE := $(CACHE_DIR)
 
-.PHONY: all build test unit e2e lint controlplane deps bench run fuzz rego-test clean help \
-        binaries image image-test FORCE helm chart-test opa bench-deps bench-http
+.PHONY: all build test unit e2e lint controlplane deps bench run fuzz rego-test clean help generate generate-check \
+        binaries image image-test FORCE helm chart-test opa bench-deps bench-http bench-scale bench-ledger
 
 all: build
 
@@ -88,7 +88,7 @@ e2e: build deps controlplane helm ## End-to-end tests: real kube-apiserver, etcd
 	cd test && SAR_BRIDGE_BINARY=$(CURDIR)/$(BIN) SAR_BRIDGE_CONTROLPLANE_BIN=$(CACHE_DIR)/bin \
 		SAR_BRIDGE_KUBECTL=$(CACHE_DIR)/bin/kubectl $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -skip '$(CHART_TESTS)' ./...
 
-lint: ## gofmt and go vet, in both modules.
+lint: generate-check ## gofmt and go vet, in both modules; the generated CRD and deepcopy code up to date.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -108,9 +108,29 @@ opa: ## Build the OPA server (the version go.mod pins) into $(CACHE_DIR)/bin (on
 bench-http: build bench-deps controlplane opa ## The binary, the OPA server and a bare Go floor under wrk: req/s, latency, CPU per request (ROUNDS, DURATION).
 	hack/bench-http.sh
 
+# Not part of make test either: 20,000 pods take a few minutes to create on 2 cores.
+bench-scale: build controlplane ## Memory against the cluster's size: start-up, RSS and heap with N pods on ordinary nodes and M on a virtual node (ORDINARY, VIRTUAL, BASELINE).
+	hack/bench-scale.sh
+
+# Not part of make test either: three replicas decide a 1,000-pod array job twice.
+bench-ledger: build controlplane ## The quota ledger across replicas: API writes per admitted pod, conflicts, batch sizes, decision latency with charging against without (PODS, WORKERS, REPLICAS, ROUNDS).
+	hack/bench-ledger.sh
+
 run: build deps controlplane ## A local control plane, example RBAC and the bridge on loopback; Ctrl-C stops it all.
 	cd test && $(GO) build -o $(CURDIR)/bin/local-cluster ./cmd/local-cluster
 	exec bin/local-cluster --bridge $(CURDIR)/$(BIN) --dir $(RUN_DIR)
+
+CONTROLLER_TOOLS_VERSION := v0.19.0
+# The OffloadTenant CRD and its deepcopy functions, generated from tenants/v1alpha1's types
+# (committed; generate-check, part of lint, fails when they are not what this generates).
+generate: ## Regenerate the OffloadTenant CRD and deepcopy code with controller-gen.
+	$(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION) \
+		object paths=./tenants/v1alpha1/... \
+		crd:crdVersions=v1 output:crd:dir=manifests/crds paths=./tenants/v1alpha1/...
+	cp manifests/crds/sar-bridge.io_offloadtenants.yaml charts/sar-bridge/crds/
+
+generate-check: ## Fail when the committed CRD or deepcopy code is not what controller-gen generates from the types.
+	@CONTROLLER_TOOLS_VERSION=$(CONTROLLER_TOOLS_VERSION) GO=$(GO) hack/generate-check.sh
 
 OPA_VERSION := $(shell awk '$$1 == "github.com/open-policy-agent/opa" {print $$2}' go.mod)
 # The opa CLI does not know the cluster built-ins (k8s.get, k8s.list): the

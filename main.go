@@ -28,6 +28,7 @@ import (
 )
 
 func main() {
+	preferStreamingLists()
 	if code, ok := runSubcommand(os.Args[1:]); ok {
 		os.Exit(code)
 	}
@@ -107,7 +108,10 @@ func run(o serveOptions, logger log.Logger) error {
 	if err != nil {
 		return err
 	}
-	return serve(ctx, o, core, l, registry, logger)
+	err = serve(ctx, o, core, l, registry, logger)
+	// The reconciler's lease released, another replica takes over at once.
+	core.quotas.waitStopped(ledgerReleaseTimeout)
+	return err
 }
 
 // newRegistry is the metrics registry, with the Go, process and build collectors.

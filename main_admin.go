@@ -17,16 +17,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sar-bridge/sar-bridge/admin"
-	"github.com/sar-bridge/sar-bridge/admission"
 	"github.com/sar-bridge/sar-bridge/authorizer"
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
 	"github.com/sar-bridge/sar-bridge/policies"
-	"github.com/sar-bridge/sar-bridge/quota"
+	"github.com/sar-bridge/sar-bridge/tenants"
 )
 
 // adminSyncTimeout bounds the wait for the first list of namespaces and nodes.
@@ -209,7 +210,7 @@ func newCheckAuthorizer(ctx context.Context, cfg decisionOptions, client kuberne
 	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff), noCache{},
 		authorizer.CachingReviewerOptions{Timeout: cfg.reviewTimeout})
 	authzCfg := cfg.authorizerConfig(mappings)
-	if authzCfg.Quotas, err = checkQuotas(ctx, client, view, evaluator, cfg.tenantLabel); err != nil {
+	if err := checkTenants(ctx, cfg, mappings, client, &authzCfg); err != nil {
 		return nil, err
 	}
 	authz := authorizer.New(authzCfg, reviewer, view, evaluator, nil, nil)
@@ -224,25 +225,36 @@ func newCheckAuthorizer(ctx context.Context, cfg decisionOptions, client kuberne
 	return authz, nil
 }
 
-// checkQuotas follows tenants' usage on virtual nodes (the default
-// --admission.node-selector) as the server does, when the data has quotas, so that a
-// check answers for a tenant with a quota as the server would now; what it reserves
-// dies with the process.
-func checkQuotas(ctx context.Context, client kubernetes.Interface, view *kube.ClusterView, evaluator *policies.Evaluator, tenantLabel string) (authorizer.QuotaTracker, error) {
-	// Without quotas in the data, no pod need be listed (nor may the user be able to).
-	if quotas, ok, err := evaluator.Eval(ctx, []string{"interlink", "quotas"}, nil); err != nil || !ok || quotas == nil {
-		return nil, err
+// checkTenants reads the OffloadTenants as the server does (groups, namespaces, quotas),
+// when the cluster has them: a check decides a tenant with a quota against its ledger's
+// usage, and charges nothing (check runs its decisions WithoutCharge).
+func checkTenants(ctx context.Context, cfg decisionOptions, mappings mapping.Mappings, client kubernetes.Interface, authzCfg *authorizer.Config) error {
+	served, err := tenantsServed(client)
+	if err != nil || !served {
+		return err
 	}
-	targets, err := admission.NewTargets(admission.DefaultNodeSelector, admission.DefaultTaintKey)
+	_, restConfig, err := cfg.newClient("sar-bridge-admin")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	t := quota.NewTracker(quota.Options{TenantLabel: tenantLabel, IsVirtual: targets.IsVirtual, Quotas: evaluator})
-	shared := view.Informers().Core().V1()
-	if err := t.Start(ctx, client, shared.Namespaces().Informer(), shared.Nodes().Informer(), time.Hour); err != nil {
-		return nil, err
+	dyn, err := dynamic.NewForConfig(restConfig)
+	if err != nil {
+		return err
 	}
-	return t, nil
+	dir, err := tenants.NewDirectory(dyn, time.Hour, mappings)
+	if err != nil {
+		return err
+	}
+	go dir.Run(ctx)
+	syncCtx, cancel := context.WithTimeout(ctx, adminSyncTimeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), dir.HasSynced) {
+		return fmt.Errorf("listing OffloadTenants: not done within %s (may the kubeconfig's user list and watch offloadtenants.sar-bridge.io?)", adminSyncTimeout)
+	}
+	authzCfg.Mappings, authzCfg.Tenants = dir, dir
+	// Prior only: nothing is charged.
+	authzCfg.Ledger = tenants.NewLedger(nil, kube.NewPodReader(client, kube.DefaultRetryBackoff), tenants.LedgerOptions{})
+	return nil
 }
 
 // withKubeconfigUser puts the kubeconfig's user in ctx as the decision's caller, as the
@@ -324,7 +336,7 @@ func check(ctx context.Context, cfg decisionOptions, a adminFlags, stdin io.Read
 	if err != nil {
 		return nil, err
 	}
-	return admin.Check(ctx, authz, pods, opts), nil
+	return admin.Check(authorizer.WithoutCharge(ctx), authz, pods, opts), nil
 }
 
 // readPods reads the pods of every -f in order.

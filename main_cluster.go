@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -15,6 +16,27 @@ import (
 	"github.com/sar-bridge/sar-bridge/clusterdata"
 	"github.com/sar-bridge/sar-bridge/policies"
 )
+
+// watchListClientEnv is client-go's switch of streaming lists (KEP-3157, the
+// WatchListClient feature of k8s.io/client-go/features).
+const watchListClientEnv = "KUBE_FEATURE_WatchListClient"
+
+// preferStreamingLists has every informer of the process make its first list (and any
+// relist) a watch that streams the objects (WatchList, KEP-3157) where the API server
+// offers it, unless the environment says otherwise. A list the API server answers from
+// its watch cache ignores page sizes (resourceVersion=0) and comes as one response,
+// decoded whole before the informer's transform slims a single object; streamed, each
+// object is decoded and slimmed as it arrives (make bench-scale, 2,000 pods on one
+// virtual node: heap in use 8 s after /ready 40 MiB listed, 27.5 MiB streamed).
+// kube-apiserver serves it by default in 1.32 and from 1.34 (not in 1.33); client-go
+// asks for it by default from 1.35. An API server that refuses it answers with an error
+// and the informer falls back to a list. Called before any informer starts: client-go
+// reads the environment once.
+func preferStreamingLists() {
+	if _, set := os.LookupEnv(watchListClientEnv); !set {
+		_ = os.Setenv(watchListClientEnv, "true")
+	}
+}
 
 // clusterConfig configures the cluster built-ins (--cluster.*): the resources policies
 // may read with k8s.get and k8s.list, each watched by an informer.

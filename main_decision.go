@@ -121,6 +121,7 @@ type decisionCore struct {
 	client     kubernetes.Interface
 	restConfig *rest.Config
 	cluster    *clusterData // --cluster.resources (main_cluster.go); nil: none
+	quotas     quotaParts   // main_quota.go
 }
 
 // newDecisionCore builds the mappings, policies, client, informers, review cache and
@@ -155,14 +156,16 @@ func newDecisionCore(ctx context.Context, o serveOptions, reg prometheus.Registe
 	}
 	cfg := o.decision.authorizerConfig(mappings)
 	cfg.LivePods, cfg.VKFieldManagers = kube.NewPodReader(client, kube.DefaultRetryBackoff), o.interlink.vkManagers
-	if cfg.Quotas, err = o.quota.start(ctx, client, view, evaluator, o.admission.targets, o.decision.tenantLabel, o.informer.resync, logger); err != nil {
+	quotas, err := o.quota.start(ctx, restConfig, client, view, mappings, o.admission.targets, o.decision.tenantLabel, o.informer.resync, logger, reg)
+	if err != nil {
 		return nil, err
 	}
+	quotas.authorizerConfig(&cfg)
 	authz := authorizer.New(cfg, reviewer, view, evaluator, metrics, logger)
 	if err := enableOpenShift(o, authz, view, client, restConfig, evaluator.Documents()); err != nil {
 		return nil, err
 	}
-	return &decisionCore{mappings: mappings, authz: authz, view: view, client: client, restConfig: restConfig, cluster: cluster}, nil
+	return &decisionCore{mappings: mappings, authz: authz, view: view, client: client, restConfig: restConfig, cluster: cluster, quotas: quotas}, nil
 }
 
 // newMappingSource is the tenant mappings of the flags and the reloaded mappings file.

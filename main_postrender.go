@@ -31,7 +31,7 @@ func helmPostRender(args []string, stdin io.Reader, stdout, stderr io.Writer) in
 	fs.StringVar(&o.Socket, "socket", "/var/run/sar-bridge.sock", "The bridge's socket for interLink, in the /var/run/ volume the pod's containers share.")
 	fs.StringVar(&o.PluginURL, "plugin-url", "", "The real plugin (http://host:port or unix:///path). Empty: the SidecarURL/SidecarPort interLink is configured with.")
 	fs.StringArrayVar(&o.Args, "bridge-arg", nil, "A flag for the bridge container, e.g. --bridge-arg=--openshift.mappings=team-a=interlink.io (repeatable).")
-	fs.BoolVar(&o.RBAC, "rbac", true, "Add the bridge's ClusterRole, bound to the pod's ServiceAccount.")
+	fs.BoolVar(&o.RBAC, "rbac", true, "Add the bridge's ClusterRole, bound to the pod's ServiceAccount, and a Role for the quota reconciler's leader election (get, create, update on leases), bound to the same, in the namespace --bridge-arg=--quota.lease-namespace names (default "+helmpostrender.DefaultLeaseNamespace+"), which must exist.")
 	fs.BoolVar(&o.NetworkPolicy, "network-policy", true, "Add a NetworkPolicy \"sar-bridge-<deployment>\" that admits to interLink's pod only the Virtual Kubelet's port (KUBELET_PORT) and the ports Services of the chart target on it: "+
 		"a plugin on TCP, interLink's API and the bridge's ports answer only the pod itself (and its node, for probes). It takes effect only where the CNI enforces NetworkPolicy. "+
 		"Off, a plugin listening on TCP can be called by any pod on the pod's IP, around the bridge.")
@@ -75,6 +75,9 @@ func runSubcommand(args []string) (code int, ok bool) {
 	}
 	if len(args) > 0 && args[0] == "helm-postrender" {
 		return helmPostRender(args[1:], os.Stdin, os.Stdout, os.Stderr), true
+	}
+	if len(args) > 0 && args[0] == "ledger-marks" {
+		return ledgerMarksCmd(args[1:], os.Stdout, os.Stderr), true
 	}
 	return runAdminCommand(args) // check, who-can (main_admin.go)
 }

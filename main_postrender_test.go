@@ -48,7 +48,9 @@ func TestHelmPostRenderCommand(t *testing.T) {
 		{name: "defaults", in: postRenderInput, stdout: []string{
 			"image: ghcr.io/sar-bridge/sar-bridge:" + strings.TrimSpace(release),
 			"--interlink.plugin-url=http://localhost:4000", "value: unix:///var/run/sar-bridge.sock", "kind: ClusterRoleBinding",
-			"kind: NetworkPolicy", "name: sar-bridge-vk-node", "  - ports:\n    - port: 10250\n      protocol: TCP\n  podSelector:\n    matchLabels:\n      app: vk\n"}},
+			"kind: NetworkPolicy", "name: sar-bridge-vk-node", "  - ports:\n    - port: 10250\n      protocol: TCP\n  podSelector:\n    matchLabels:\n      app: vk\n"},
+			// Cluster-wide, one per cluster: every interLink release would claim it.
+			stdoutLacks: []string{"kind: ValidatingAdmissionPolicy"}},
 		{name: "no NetworkPolicy for a plugin on a socket", in: postRenderInput, args: []string{"--plugin-url=unix:///var/run/p.sock", "--network-policy=false"},
 			stdout: []string{"--interlink.plugin-url=unix:///var/run/p.sock"}, stdoutLacks: []string{"kind: NetworkPolicy"}},
 		{name: "no NetworkPolicy for a plugin on TCP in the pod", in: postRenderInput, args: []string{"--network-policy=false"}, code: 1,
@@ -56,6 +58,7 @@ func TestHelmPostRenderCommand(t *testing.T) {
 		{name: "no NetworkPolicy for a plugin on TCP in the pod, insisted on", in: postRenderInput, args: []string{"--network-policy=false", "--insecure-allow-unprotected-plugin"},
 			stdout: []string{"--interlink.plugin-url=http://localhost:4000"}, stdoutLacks: []string{"kind: NetworkPolicy"}},
 		{name: "help", args: []string{"--help"}, stderr: "--network-policy", stdoutNone: true},
+		{name: "help names the leader election's Role", args: []string{"--help"}, stderr: "and a Role for the quota reconciler's leader election", stdoutNone: true},
 		{name: "flags", in: postRenderInput, args: []string{"--image=r/sb:t", "--plugin-url=unix:///var/run/p.sock", "--rbac=false", "--bridge-arg=--openshift.mappings=a=b.io"},
 			stdout: []string{"image: r/sb:t", "--interlink.plugin-url=unix:///var/run/p.sock", "--openshift.mappings=a=b.io"}},
 		{name: "unknown flag", in: postRenderInput, args: []string{"--nope"}, code: 2, stderr: "unknown flag: --nope", stdoutNone: true},

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/go-kit/log"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 
-	"github.com/sar-bridge/sar-bridge/quota"
+	"github.com/sar-bridge/sar-bridge/tenants"
 )
 
 func TestQuotaFlags(t *testing.T) {
@@ -19,47 +19,39 @@ func TestQuotaFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !o.quota.enabled || o.quota.reservationTTL != quota.DefaultReservationTTL {
-		t.Fatalf("defaults: enabled %v, reservation TTL %v", o.quota.enabled, o.quota.reservationTTL)
+	if !o.quota.enabled || o.quota.pendingTimeout != tenants.DefaultPendingTimeout || o.quota.leaseNamespace != "sar-bridge" ||
+		o.quota.interval != tenants.DefaultInterval || o.quota.maxPending != tenants.DefaultMaxPending {
+		t.Fatalf("defaults: %+v", o.quota)
 	}
-	if o, err = parseFlags([]string{"--quota.enabled=false", "--quota.reservation-ttl=1m"}); err != nil || o.quota.enabled || o.quota.reservationTTL != time.Minute {
+	o, err = parseFlags([]string{"--quota.enabled=false", "--quota.pending-timeout=5m", "--quota.lease-namespace=interlink", "--quota.reservation-ttl=1m"})
+	if err != nil || o.quota.enabled || o.quota.pendingTimeout != 5*time.Minute || o.quota.leaseNamespace != "interlink" {
 		t.Fatalf("parsed %+v, %v", o.quota, err)
 	}
-	for _, args := range [][]string{{"--quota.reservation-ttl=0s"}, {"--quota.reservation-ttl=-1s"}} {
-		if _, err := parseFlags(args); err == nil || !strings.Contains(err.Error(), "--quota.reservation-ttl") {
-			t.Errorf("%v: err = %v, want a --quota.reservation-ttl error", args, err)
+	for _, tc := range []struct{ args []string }{
+		{[]string{"--quota.pending-timeout=0s"}},
+		{[]string{"--quota.reconcile-interval=-1s"}},
+		{[]string{"--quota.max-pending=0"}},
+		{[]string{"--quota.lease-namespace="}},
+	} {
+		if _, err := parseFlags(tc.args); err == nil || !strings.Contains(err.Error(), strings.SplitN(strings.TrimPrefix(tc.args[0], "--"), "=", 2)[0]) {
+			t.Errorf("%v: err = %v, want an error naming the flag", tc.args, err)
 		}
 	}
 }
 
-// noData is policy data without quotas.
-type noData struct{}
-
-func (noData) Eval(context.Context, []string, map[string]any) (any, bool, error) {
-	return nil, false, nil
-}
-func (noData) Generation() uint64 { return 0 }
-
-func TestQuotaStart(t *testing.T) {
+// TestQuotaWithoutCRD: a cluster without the OffloadTenant CRD runs on the flags' and
+// mapping file's tenants, without quotas, and says so.
+func TestQuotaWithoutCRD(t *testing.T) {
 	o, err := parseFlags(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})
+	client := fake.NewClientset()
 	view := o.informer.newClusterView(ctx, client)
-
-	o.quota.enabled = false
-	if tr, err := o.quota.start(ctx, client, view, noData{}, o.admission.targets, "interlink.io/tenant", time.Minute, log.NewNopLogger()); err != nil || tr != nil {
-		t.Fatalf("disabled: %v, %v; want a nil interface", tr, err)
-	}
-	o.quota.enabled = true
-	tr, err := o.quota.start(ctx, client, view, noData{}, o.admission.targets, "interlink.io/tenant", time.Minute, log.NewNopLogger())
-	if err != nil || tr == nil {
-		t.Fatalf("enabled: %v, %v", tr, err)
-	}
-	if _, ok := tr.(*quota.Tracker); !ok {
-		t.Fatalf("tracker is %T", tr)
+	parts, err := o.quota.start(ctx, &rest.Config{Host: "https://127.0.0.1:1"}, client, view, nil, o.admission.targets, "interlink.io/tenant", time.Minute, log.NewNopLogger(), prometheus.NewRegistry())
+	if err != nil || parts.directory != nil || parts.ledger != nil {
+		t.Fatalf("without the CRD: %+v, %v; want no parts", parts, err)
 	}
 }

@@ -47,6 +47,7 @@ Usage: sar-bridge [flags]                serve (the default)
        sar-bridge who-can [flags]         list who may offload where
        sar-bridge discovery --group G     CRDs that make kubectl auth can-i truthful
        sar-bridge helm-postrender [flags] add the bridge to interLink's chart (Helm post-renderer)
+       sar-bridge ledger-marks            the admission policy that keeps the quota ledger's pod marks to it
        sar-bridge --version
 Each command explains itself with --help.
 

@@ -282,6 +282,10 @@ func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest,
 		// with no decision (it needs no offload grant of its own).
 		return withDryRunWarning(allowed(), req, mutate), resultAllowed, nil
 	}
+	if mutate {
+		// The validating webhook charges the same pod, once it has its UID.
+		ctx = authorizer.WithoutCharge(ctx)
+	}
 	d, err := h.decide(ctx, req, s)
 	var inputErr *authorizer.InputError
 	switch {
@@ -559,14 +563,26 @@ func (h *Handler) decide(ctx context.Context, req *admissionv1.AdmissionRequest,
 	// The pod under admission is not the one stored under its name, if any: who wrote
 	// the live pod's annotations says nothing about this one (input.hpc.writers).
 	ctx = authorizer.WithoutLivePod(ctx)
-	if dryRun(req) || s.workload != "" || len(s.vkKeys) > 0 {
-		// A pod that exists already (its annotations changed) is charged when created.
-		ctx = authorizer.WithoutReservation(ctx)
-	}
+	ctx = chargeMode(ctx, req, s)
 	if h.opts.Identity == IdentityServiceAccount || actsForPod(req.UserInfo.Username) {
 		return h.decider.Decide(ctx, h.opts.DecisionPath, raw)
 	}
 	return h.decider.DecideAs(ctx, h.opts.DecisionPath, raw, requester(req.UserInfo))
+}
+
+// chargeMode says what an allow of the request charges to the tenant's quota ledger:
+// nothing for a dry run, a workload's template (its pods are charged when created) or a
+// change of the Virtual Kubelet's annotations (the pod was charged, or not, as it was
+// aimed); a pod being created is charged by its UID; a stored pod (a binding, an update
+// that aims it) may carry the reconciler's confirmation of an earlier charge.
+func chargeMode(ctx context.Context, req *admissionv1.AdmissionRequest, s subject) context.Context {
+	switch {
+	case dryRun(req) || s.workload != "" || len(s.vkKeys) > 0:
+		return authorizer.WithoutCharge(ctx)
+	case req.SubResource == "binding" || req.Operation == admissionv1.Update:
+		return authorizer.WithStoredPod(ctx)
+	}
+	return authorizer.WithNewPod(ctx)
 }
 
 type nodeRef struct {

@@ -25,6 +25,7 @@ import (
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
 	"github.com/sar-bridge/sar-bridge/policies"
+	"github.com/sar-bridge/sar-bridge/tenants"
 )
 
 // ClusterView reads the cluster objects a decision depends on; kube.ClusterView is the
@@ -78,8 +79,10 @@ type Config struct {
 	TenantLabel string
 	// NodeAccess adds a review of "use" on the target node in the tenant's group.
 	NodeAccess bool
-	// Quotas puts tenants' offload usage in input.quota (quota.go); nil: none.
-	Quotas QuotaTracker
+	// Tenants are the OffloadTenant objects (their quotas; nil: no quotas), and Ledger
+	// charges allowed creates to them (ledger.go).
+	Tenants TenantDirectory
+	Ledger  Charger
 	// LivePods reads the live pod for input.hpc.writers (writers.go); nil: never read,
 	// and writers is left out.
 	LivePods LivePods
@@ -99,6 +102,7 @@ type Authorizer struct {
 	openshift *openshiftMode // nil: opa-openshift requests are not served
 	objects   objectValues   // namespaces and nodes as input values, by version
 	specs     podSpecs       // pod specs that decoded strictly before
+	amounts   *tenants.AmountsCache
 	budget    decisionBudget // inputs being decided at once, in bytes
 	// impersonation answers whether a caller may impersonate the identity it sends in
 	// input.user; nil refuses every input.user.
@@ -116,7 +120,7 @@ func New(cfg Config, reviewer *CachingReviewer, view ClusterView, evaluator Eval
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	return &Authorizer{cfg: cfg, reviewer: reviewer, view: view, evaluator: evaluator, metrics: metrics, logger: logger, objects: newObjectValues(), specs: newPodSpecs(), budget: newDecisionBudget()}
+	return &Authorizer{cfg: cfg, reviewer: reviewer, view: view, evaluator: evaluator, metrics: metrics, logger: logger, objects: newObjectValues(), specs: newPodSpecs(), budget: newDecisionBudget(), amounts: tenants.NewAmountsCache()}
 }
 
 // Decision is the answer to one request.
@@ -220,12 +224,11 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 		ast.Item(key("hpc"), ast.NewTerm(hpc)),
 	)
 
-	releaseQuota, err := a.holdQuota(ctx, req, t, in)
+	quota, err := a.quotaInput(ctx, req, t, in)
 	if err != nil {
 		rec.failed(false, "quota usage unavailable", err)
 		return d, err
 	}
-	defer releaseQuota(false)
 
 	var memo policies.Memo
 	if t.memoTTL > 0 {
@@ -241,7 +244,13 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 	}
 	d.Result, d.Defined = res.Value, res.Defined
 	outcome, reason := summarize(d.Result, d.Defined)
-	releaseQuota(outcome == "allowed" && reserves(ctx))
+	if quota != nil && outcome == "allowed" {
+		if d.Result, err = a.charge(ctx, quota, d.Result); err != nil {
+			rec.failed(false, "quota ledger unavailable", err)
+			return d, err
+		}
+		outcome, reason = summarize(d.Result, d.Defined)
+	}
 	rec.decided(outcome, reason, "cache_hit", strconv.FormatBool(t.cacheHit), "memo", string(res.Memo))
 	return d, nil
 }
@@ -297,10 +306,27 @@ func (a *Authorizer) reviewTenant(ctx context.Context, req podRequest, subject S
 		return tenantReview{failure: "namespace lookup failed"}, NewUnavailableError(err)
 	}
 	t := tenantReview{ns: ns, tenant: mapping.Tenant(ns.Name, ns.Labels, a.cfg.TenantLabel)}
+	if a.cfg.Tenants != nil {
+		// An OffloadTenant that lists the namespace names its tenant; two that list it
+		// leave it to none (no review: a person must fix the objects).
+		listed, ok, err := a.cfg.Tenants.Tenant(ns.Name)
+		switch {
+		case err != nil:
+			t.summary = reviewSummary{Reason: err.Error()}
+			return t, nil
+		case ok:
+			t.tenant = listed
+		}
+	}
 	var mapped bool
 	if t.group, mapped = a.cfg.Mappings.Group(t.tenant); !mapped {
 		// No review: without a group there is nothing RBAC could grant.
-		t.summary = reviewSummary{Reason: fmt.Sprintf("tenant %q (namespace %q) has no API group mapping: add --openshift.mappings %s=<group> or a %q fallback", t.tenant, pod.Namespace, t.tenant, mapping.Fallback)}
+		t.summary = reviewSummary{Reason: fmt.Sprintf("tenant %q (namespace %q) has no API group mapping: add an OffloadTenant, --openshift.mappings %s=<group> or a %q fallback", t.tenant, pod.Namespace, t.tenant, mapping.Fallback)}
+		if a.cfg.Tenants != nil {
+			if conflict := a.cfg.Tenants.Conflict(t.tenant); conflict != "" {
+				t.summary.Reason = conflict
+			}
+		}
 		return t, nil
 	}
 	specs := reviewSpecs(subject, req.Operation, t.group, pod, req.NodeName, a.cfg.NodeAccess)
@@ -318,18 +344,27 @@ const maxSyncWait = 5 * time.Second
 // just started), within the request's deadline and maxSyncWait: decisions are never
 // made on a partial view.
 func (a *Authorizer) waitForSync(ctx context.Context) error {
-	if a.view.Synced() {
+	if a.synced() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, maxSyncWait)
 	defer cancel()
 	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		return a.view.Synced(), nil
+		return a.synced(), nil
 	})
 	if err != nil {
 		return NewUnavailableError(errors.New("cluster view not synced yet: the Kubernetes API has not been listed"))
 	}
 	return nil
+}
+
+// synced says the cluster view, and the OffloadTenants when they are followed, have their
+// first lists.
+func (a *Authorizer) synced() bool {
+	if t, ok := a.cfg.Tenants.(interface{ HasSynced() bool }); ok && !t.HasSynced() {
+		return false
+	}
+	return a.view.Synced()
 }
 
 // reviewSpecs are the reviews a decision needs. A create review names no pod: RBAC

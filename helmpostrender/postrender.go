@@ -9,8 +9,15 @@
 // (interLink's own override of its config's SidecarURL), hands the bridge the plugin
 // address interLink used until then, and adds a NetworkPolicy that admits to the pod only
 // what must reach it (so a plugin on TCP cannot be called around the bridge) and the
-// ClusterRole the bridge needs, bound to the pod's ServiceAccount. Every other document is
+// ClusterRole the bridge needs, bound to the pod's ServiceAccount, with the Role of the
+// quota reconciler's leader election in the Lease's namespace. Every other document is
 // written out byte for byte.
+//
+// It adds nothing that must exist once per cluster (the OffloadTenant CRD, the admission
+// policy sar-bridge-ledger-marks that keeps the quota ledger's pod marks to it): Helm
+// lets one release own an object, and every interLink release — one per virtual node —
+// would render the same one. A site that runs only sidecars applies them once
+// (`sar-bridge ledger-marks | kubectl apply -f -`).
 package helmpostrender
 
 import (
@@ -43,7 +50,8 @@ type Options struct {
 	PluginURL string
 	// Args are more bridge flags (mappings, policy data, ...), appended.
 	Args []string
-	// RBAC adds a ClusterRole and ClusterRoleBinding for the pod's ServiceAccount.
+	// RBAC adds a ClusterRole and ClusterRoleBinding for the pod's ServiceAccount, and a
+	// Role and RoleBinding for its leader election in the Lease's namespace.
 	RBAC bool
 	// NetworkPolicy adds a NetworkPolicy that admits to interLink's pod only the Virtual
 	// Kubelet's port and the ports Services of the rendering target.
@@ -67,21 +75,53 @@ const (
 	// (interLink's cmd/virtual-kubelet); interLink's chart sets 10250.
 	defaultKubeletPort = 5820
 	generatedSource    = "# Source: sar-bridge helm-postrender\n"
+	// leaseNamespaceFlag names the namespace of the quota reconciler's Lease; every
+	// bridge, standalone or sidecar, elects its one reconciler there.
+	leaseNamespaceFlag = "--quota.lease-namespace"
+	// DefaultLeaseNamespace is --quota.lease-namespace's default: manifests/base's and
+	// the standalone chart's namespace.
+	DefaultLeaseNamespace = "sar-bridge"
 )
 
 // webListen keeps the Data API on loopback: only the relay is used in the sidecar.
 var webListen = fmt.Sprintf("127.0.0.1:%d", webPort)
 
 // ClusterRoleRules are the rules of manifests/base's ClusterRole: SubjectAccessReviews,
-// TokenReviews, watching Namespaces, Nodes and (for quotas) Pods, and reading a Pod's
-// managedFields (who wrote the Virtual Kubelet's annotations).
+// TokenReviews, watching Namespaces, Nodes and (for quotas) Pods, reading a Pod's
+// managedFields (who wrote the Virtual Kubelet's annotations), labelling the Pods the
+// quota ledger charged, watching OffloadTenants and writing their status (the ledger).
 func ClusterRoleRules() []any {
 	return []any{
 		map[string]any{"apiGroups": []any{"authorization.k8s.io"}, "resources": []any{"subjectaccessreviews"}, "verbs": []any{"create"}},
 		map[string]any{"apiGroups": []any{"authentication.k8s.io"}, "resources": []any{"tokenreviews"}, "verbs": []any{"create"}},
 		map[string]any{"apiGroups": []any{""}, "resources": []any{"namespaces", "nodes"}, "verbs": []any{"get", "list", "watch"}},
 		map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get", "list", "watch"}},
+		map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"patch"}},
+		map[string]any{"apiGroups": []any{"sar-bridge.io"}, "resources": []any{"offloadtenants"}, "verbs": []any{"get", "list", "watch"}},
+		map[string]any{"apiGroups": []any{"sar-bridge.io"}, "resources": []any{"offloadtenants/status"}, "verbs": []any{"get", "update", "patch"}},
 	}
+}
+
+// LeaseRoleRules are the rules of manifests/base's Role: the Lease of the quota
+// reconciler's leader election.
+func LeaseRoleRules() []any {
+	return []any{
+		map[string]any{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "verbs": []any{"get", "create", "update"}},
+	}
+}
+
+// leaseNamespace is the namespace the bridge's args name for the Lease (the last
+// --quota.lease-namespace, as the flag parser keeps it), else the flag's default.
+func leaseNamespace(args []string) string {
+	ns := DefaultLeaseNamespace
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, leaseNamespaceFlag+"="); ok {
+			ns = v
+		} else if a == leaseNamespaceFlag && i+1 < len(args) {
+			ns = args[i+1]
+		}
+	}
+	return ns
 }
 
 type document struct {
@@ -279,7 +319,7 @@ func Render(in []byte, o Options) ([]byte, error) {
 		docs = append(docs, np)
 	}
 	if o.RBAC {
-		extra, err := rbac(dep, spec)
+		extra, err := rbac(dep, spec, leaseNamespace(o.Args))
 		if err != nil {
 			return nil, err
 		}
@@ -347,13 +387,20 @@ func pluginURL(docs []document, spec, il map[string]any) (string, error) {
 	}
 }
 
-// rbac is the bridge's ClusterRole bound to the pod's ServiceAccount.
-func rbac(dep, spec map[string]any) ([]document, error) {
+// rbac is the bridge's ClusterRole bound to the pod's ServiceAccount, and its leader
+// election's Role in leaseNS bound to the same. The Role goes where the Lease is, not in
+// the pod's namespace: the sidecars of every virtual node and the standalone replicas
+// elect one reconciler, so they share one Lease. leaseNS must exist when Helm installs
+// the rendering (manifests/base creates sar-bridge; the README installs the chart there).
+func rbac(dep, spec map[string]any, leaseNS string) ([]document, error) {
 	meta, _ := dep["metadata"].(map[string]any)
 	ns, _ := meta["namespace"].(string)
 	name, _ := meta["name"].(string)
 	if ns == "" {
 		return nil, fmt.Errorf("Deployment %s has no namespace: cannot bind its ServiceAccount", name)
+	}
+	if leaseNS == "" {
+		return nil, fmt.Errorf("the bridge args name an empty %s: the Role of its leader election needs a namespace", leaseNamespaceFlag)
 	}
 	sa, _ := spec["serviceAccountName"].(string)
 	if sa == "" {
@@ -373,8 +420,19 @@ func rbac(dep, spec map[string]any) ([]document, error) {
 		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": objName},
 		"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": sa, "namespace": ns}},
 	}
+	leaseRole := map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+		"metadata": map[string]any{"name": objName, "namespace": leaseNS, "labels": labels},
+		"rules":    LeaseRoleRules(),
+	}
+	leaseBinding := map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+		"metadata": map[string]any{"name": objName, "namespace": leaseNS, "labels": labels},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": objName},
+		"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": sa, "namespace": ns}},
+	}
 	var out []document
-	for _, o := range []map[string]any{role, binding} {
+	for _, o := range []map[string]any{role, binding, leaseRole, leaseBinding} {
 		d, err := generated(o)
 		if err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 package helmpostrender
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -147,8 +148,8 @@ func TestRender(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(outDocs) != len(inDocs)+3 {
-				t.Fatalf("%d documents out, %d in (+1 NetworkPolicy, +2 RBAC expected)", len(outDocs), len(inDocs))
+			if len(outDocs) != len(inDocs)+5 {
+				t.Fatalf("%d documents out, %d in (+1 NetworkPolicy, +4 RBAC expected)", len(outDocs), len(inDocs))
 			}
 			// Everything but the Deployment is written out byte for byte.
 			for i := range inDocs {
@@ -203,7 +204,7 @@ func TestRender(t *testing.T) {
 			if np := outDocs[len(inDocs)]; string(np.raw) != wantPolicy("10250/TCP") {
 				t.Errorf("NetworkPolicy:\n%s\nwant:\n%s", np.raw, wantPolicy("10250/TCP"))
 			}
-			role, binding := outDocs[len(outDocs)-2], outDocs[len(outDocs)-1]
+			role, binding := outDocs[len(outDocs)-4], outDocs[len(outDocs)-3]
 			if role.kind() != "ClusterRole" || role.name() != "sar-bridge-interlink-vk-hpc-node" || !reflect.DeepEqual(role.obj["rules"], roundTrip(t, ClusterRoleRules())) {
 				t.Errorf("ClusterRole:\n%s", role.raw)
 			}
@@ -211,9 +212,103 @@ func TestRender(t *testing.T) {
 			if binding.kind() != "ClusterRoleBinding" || !reflect.DeepEqual(binding.obj["subjects"], wantSubjects) {
 				t.Errorf("ClusterRoleBinding:\n%s", binding.raw)
 			}
+			leaseRole, leaseBinding := outDocs[len(outDocs)-2], outDocs[len(outDocs)-1]
+			if string(leaseRole.raw) != wantLeaseRole || string(leaseBinding.raw) != wantLeaseBinding {
+				t.Errorf("leader election:\n%s---\n%s\nwant:\n%s---\n%s", leaseRole.raw, leaseBinding.raw, wantLeaseRole, wantLeaseBinding)
+			}
 			// A second pass refuses: interLink already calls the bridge.
 			if _, err := Render(out, tc.opts); err == nil || !strings.Contains(err.Error(), `already has a container named "sar-bridge"`) {
 				t.Errorf("rendering twice: %v", err)
+			}
+		})
+	}
+}
+
+// wantLeaseRole and wantLeaseBinding are the leader election's Role and RoleBinding for
+// chartOutput's pod, in the Lease's default namespace, as the post-renderer writes them.
+const (
+	wantLeaseRole = `# Source: sar-bridge helm-postrender
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  labels:
+    app.kubernetes.io/name: sar-bridge
+    app.kubernetes.io/part-of: interlink
+  name: sar-bridge-interlink-vk-hpc-node
+  namespace: sar-bridge
+rules:
+- apiGroups:
+  - coordination.k8s.io
+  resources:
+  - leases
+  verbs:
+  - get
+  - create
+  - update
+`
+	wantLeaseBinding = `# Source: sar-bridge helm-postrender
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  labels:
+    app.kubernetes.io/name: sar-bridge
+    app.kubernetes.io/part-of: interlink
+  name: sar-bridge-interlink-vk-hpc-node
+  namespace: sar-bridge
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: sar-bridge-interlink-vk-hpc-node
+subjects:
+- kind: ServiceAccount
+  name: vk-hpc
+  namespace: interlink
+`
+)
+
+// The Lease's namespace is the one the bridge's args name (the last, in either form
+// the flag parser takes), else the flag's default; an empty one is refused.
+func TestRenderLeaseNamespace(t *testing.T) {
+	in := chartOutput(`    SidecarURL: "unix:///var/run/plugin.sock"`+"\n", "/var/run/", "")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		want    string
+		wantErr string
+	}{
+		{name: "default", want: "sar-bridge"},
+		{name: "named with =", args: []string{"--quota.lease-namespace=interlink"}, want: "interlink"},
+		{name: "named as two args", args: []string{"--quota.lease-namespace", "hpc"}, want: "hpc"},
+		{name: "the last wins", args: []string{"--quota.lease-namespace=a", "--log.level=debug", "--quota.lease-namespace=b"}, want: "b"},
+		{name: "another flag's value is not it", args: []string{"--openshift.mappings=quota.lease-namespace=x"}, want: "sar-bridge"},
+		{name: "empty", args: []string{"--quota.lease-namespace="},
+			wantErr: "the bridge args name an empty --quota.lease-namespace: the Role of its leader election needs a namespace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := Render([]byte(in), Options{Image: "img", RBAC: true, NetworkPolicy: true, Args: tc.args})
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs, err := split(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, d := range docs {
+				if k := d.kind(); k == "Role" || k == "RoleBinding" {
+					meta, _ := d.obj["metadata"].(map[string]any)
+					got = append(got, fmt.Sprintf("%s %v/%s", k, meta["namespace"], d.name()))
+				}
+			}
+			want := []string{"Role " + tc.want + "/sar-bridge-interlink-vk-hpc-node", "RoleBinding " + tc.want + "/sar-bridge-interlink-vk-hpc-node"}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("leader election objects %q, want %q", got, want)
 			}
 		})
 	}

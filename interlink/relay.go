@@ -287,7 +287,8 @@ func (r *Relay) decide(ctx context.Context, body createBody) (authorizer.Verdict
 	if err != nil {
 		return authorizer.Verdict{}, http.StatusBadRequest, outcomeInvalid, fmt.Errorf("bad request: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(authorizer.WithLogFields(ctx, "route", "create"), r.opts.DecisionTimeout)
+	// The pod interLink creates is stored: a webhook may have charged it already.
+	ctx, cancel := context.WithTimeout(authorizer.WithStoredPod(authorizer.WithLogFields(ctx, "route", "create")), r.opts.DecisionTimeout)
 	defer cancel()
 	d, err := r.decider.Decide(ctx, r.opts.DecisionPath, input)
 	var (

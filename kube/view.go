@@ -59,7 +59,7 @@ func WithNotFoundTTL(ttl time.Duration) ViewOption {
 // NewClusterView sets up (but does not start) informers for namespaces and nodes.
 func NewClusterView(client kubernetes.Interface, resync time.Duration, opts ...ViewOption) *ClusterView {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, resync,
-		informers.WithTransform(dropManagedFields))
+		informers.WithTransform(slimObject))
 	nsInformer := factory.Core().V1().Namespaces()
 	nodeInformer := factory.Core().V1().Nodes()
 	v := &ClusterView{
@@ -182,6 +182,35 @@ func (v *ClusterView) Node(name string) (*corev1.Node, bool) {
 		return nil, false
 	}
 	return node, true
+}
+
+// slimObject keeps of namespaces and nodes what decisions read, before the informers
+// store them: every node of the cluster is cached (admission counts a node it cannot
+// find as virtual, so ordinary ones must be known too), and a node's status (images,
+// conditions, addresses, node info) is most of its size. Identity and resourceVersion
+// stay: the policy's value cache is keyed by them.
+func slimObject(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Node:
+		return &corev1.Node{
+			ObjectMeta: slimMeta(o.ObjectMeta, nil),
+			Spec:       corev1.NodeSpec{Taints: o.Spec.Taints},
+			Status:     corev1.NodeStatus{Allocatable: o.Status.Allocatable},
+		}, nil
+	case *corev1.Namespace:
+		// Decisions and policies read a namespace's labels and annotations.
+		return &corev1.Namespace{ObjectMeta: slimMeta(o.ObjectMeta, o.Annotations)}, nil
+	}
+	return dropManagedFields(obj)
+}
+
+// slimMeta is an object's name, identity, resourceVersion, labels and the annotations
+// given.
+func slimMeta(m metav1.ObjectMeta, annotations map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		Labels: m.Labels, Annotations: annotations,
+	}
 }
 
 // dropManagedFields keeps the caches small: decisions never read managed fields.

@@ -142,6 +142,10 @@ func (s *Source) Current() Mappings { return s.v.Current() }
 // Mappings.Group.
 func (s *Source) Group(tenant string) (string, bool) { return s.Current().Group(tenant) }
 
+// Named returns the API group the current mappings name for the tenant itself; see
+// Mappings.Named.
+func (s *Source) Named(tenant string) (string, bool) { return s.Current().Named(tenant) }
+
 // Generation counts the successful reloads since NewSource.
 func (s *Source) Generation() uint64 { return s.v.Generation() }
 

@@ -59,6 +59,15 @@ func (m Mappings) Group(tenant string) (string, bool) {
 	return g, ok
 }
 
+// Named returns the API group of a tenant its own mapping names, the fallback ignored.
+func (m Mappings) Named(tenant string) (string, bool) {
+	if tenant == Fallback {
+		return "", false
+	}
+	g, ok := m.groups[tenant]
+	return g, ok
+}
+
 // Len is the number of mappings, the fallback included.
 func (m Mappings) Len() int { return len(m.groups) }
 

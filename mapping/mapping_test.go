@@ -49,6 +49,24 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// Named ignores the fallback: an OffloadTenant's group may differ from it.
+func TestNamed(t *testing.T) {
+	m, err := Parse([]string{"tenant-a=a.interlink.io", "*=interlink.io"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ tenant, want string }{
+		{"tenant-a", "a.interlink.io"},
+		{"tenant-b", ""},
+		{"*", ""},
+	} {
+		got, ok := m.Named(tc.tenant)
+		if ok != (tc.want != "") || got != tc.want {
+			t.Errorf("Named(%q) = %q, %v; want %q", tc.tenant, got, ok, tc.want)
+		}
+	}
+}
+
 func TestTenant(t *testing.T) {
 	const key = "interlink.io/tenant"
 	tests := []struct {

@@ -62,7 +62,7 @@ precomputed := data.sar_bridge.precomputed.interlink.authz.caps.cpu[0].raw
 	for doc, want := range map[string]string{
 		"deep":        `"3"`,
 		"missing":     `"absent"`,
-		"packages":    `["authz", "hpc_settings", "quota_limits"]`,
+		"packages":    `["authz", "hpc_settings"]`,
 		"overlaid":    `"9"`,
 		"precomputed": `"3"`,
 	} {

@@ -35,12 +35,11 @@ func precomputeDatas() map[string]string {
 		},
 	}})
 	datas["many-groups"] = string(b)
-	// interLink's rules and quotas (interlink.rego, quota.rego): the fast path
-	// stands aside for images and for a tenant with a quota.
+	// interLink's rules (interlink.rego): the fast path stands aside for images;
+	// quotas in the data file (no longer read) refuse every create.
 	rules := `{"interlink": {"limits": {"system:serviceaccounts:team-a": {"cpu": "4", "memory": "8Gi"}},
 	  "restricted_annotations": {"slurm-job.vk.io/flags": {"groups": ["system:serviceaccounts:team-a", 7]},
-	    "slurm-job.vk.io/pre-exec": {"users": ["bob", "system:serviceaccount:team-b:runner"], "groups": "gpu-users"}},
-	  "quotas": {"tenant-z": {"pods": 2}}}}`
+	    "slurm-job.vk.io/pre-exec": {"users": ["bob", "system:serviceaccount:team-b:runner"], "groups": "gpu-users"}}}}`
 	datas["interlink-rules"] = rules
 	datas["unknown-annotation"] = `{"interlink": {"restricted_annotations": {"example.org/x": {"users": ["bob"]}}}}`
 	datas["images"] = `{"interlink": {"image_registries": {"*": ["docker.io/library/"]}}}`

@@ -132,7 +132,7 @@ decision := {
 		not hpc.options[name]
 		not hpc.values[name][value]
 	] == []
-	not fast.quota_tenants[tenant]
+	not input.quota.request
 
 	# Rule 8: the site's extension packages, evaluated rather than proved
 	# silent (sar-bridge keeps the fast path's tables only when every other
@@ -213,7 +213,6 @@ _precompute := object.union(_pre_general, {"fast": object.union(
 		"profiles": _pre_profiles,
 		"protected_keys": _pre_general.protected_keys,
 		"keyless_exists_limit": _pre_keyless_exists_limit,
-		"quota_tenants": {t: true | some t, _ in data.interlink.quota_limits._precompute.tenants},
 		"hpc_defaults": _pre_hpc_defaults,
 	},
 	{"default_limits": d | d := _pre_general.default_limits},
@@ -288,7 +287,7 @@ _pre_profiles := {} if {
 } else := {} if {
 	_ = data.interlink.image_registries
 } else := {} if {
-	count(data.interlink.quota_limits._precompute.errors) > 0
+	_ = data.interlink.quotas
 } else := {ukey: {_pre_profile_key(sub): _pre_profile(user, sub) |
 	some sub in _pre_group_subsets(sort(_pre_named_groups))
 	count([1 | some g, _ in sub; _pre_cap_errors[g]]) == 0

@@ -734,7 +734,6 @@ test_precomputed_decides_as_computed if {
 			with data.interlink.protected_taints as protected
 			with data.interlink.default_limits as default_limits
 			with data.sar_bridge.precomputed.interlink.authz as pre
-			with data.sar_bridge.precomputed.interlink.quota_limits as data.interlink.quota_limits._precompute
 		d == authz.decision with input as inp
 			with data.interlink.limits as limits
 			with data.interlink.protected_taints as protected
@@ -754,7 +753,6 @@ test_fast_path_decides_allowed_create if {
 			with data.interlink.protected_taints as protected
 			with data.interlink.default_limits as default_limits
 			with data.sar_bridge.precomputed.interlink.authz as pre
-			with data.sar_bridge.precomputed.interlink.quota_limits as data.interlink.quota_limits._precompute
 			with authz.allow as "general rules"
 		d.allowed == true
 	}
@@ -865,7 +863,6 @@ test_fast_path_needs_bridged_input if {
 			with data.interlink.limits as limits
 			with data.interlink.protected_taints as protected
 			with data.sar_bridge.precomputed.interlink.authz as pre
-			with data.sar_bridge.precomputed.interlink.quota_limits as data.interlink.quota_limits._precompute
 			with authz.allow as "general rules"
 		d.allowed == "general rules"
 	}

@@ -25,7 +25,7 @@
 #       vk-condor: {plugin: htcondor}      # else the node's interlink.io/plugin label
 #
 # Everything absent is closed: no option, value, flavor, path, uid or gid but those
-# listed. Like quota_limits, this follows sar-bridge's precompute convention: `table`
+# listed. This follows sar-bridge's precompute convention (policies/precompute.go): `table`
 # reads the document sar-bridge stored at load, or computes it.
 package interlink.hpc_settings
 

@@ -323,7 +323,6 @@ test_interlink_toleration_allowed_with_precomputed if {
 		d := authz.decision with input as with_spec({"tolerations": [t]})
 			with data.interlink.protected_taints as protected
 			with data.sar_bridge.precomputed.interlink.authz as pre
-			with data.sar_bridge.precomputed.interlink.quota_limits as data.interlink.quota_limits._precompute
 		d.allowed == true
 	}
 }

@@ -1,30 +1,70 @@
 package interlink.authz
 
-# Rule 7: tenant offload quotas. data.interlink.quotas (parsed once per load
-# in quota_limits.rego) against what the tenant's pods on virtual nodes
-# already request. sar-bridge puts the usage in the input, only for a tenant
-# that has a quota (so the decision memo of every other tenant never sees it
-# change):
+# Rule 7: tenant offload quotas. A tenant's quota is its OffloadTenant object
+# (sar-bridge.io/v1alpha1: spec.hard, spec.nodes) and its usage the object's
+# ledger (status.used): what the bridges charged, not what happens to be bound.
+# sar-bridge puts both in the input, only for a create of a tenant with a quota
+# (so the decision memo of every other tenant never sees them change):
 #
-#   input.quota.tenant:  {resource: amount} the tenant's non-terminated pods
-#                        on virtual nodes request, plus the creates the bridge
-#                        allowed moments ago that its informer has not seen
-#   input.quota.node:    the same on the target node (input.node.name)
-#   input.quota.request: what this pod requests, summed as the scheduler
-#                        does (max of init containers vs the sum of
-#                        containers, plus overhead); "pods" is 1
+#   input.quota.tenant:    {resource: amount} the tenant holds on virtual nodes
+#   input.quota.node:      the same on the target node, for a node the quota caps
+#   input.quota.request:   what this pod holds: per container its limit, else its
+#                          request, summed as the scheduler sums (init peak vs
+#                          the containers' sum, plus overhead); "pods" is 1
+#   input.quota.hard:      the tenant's hard amounts
+#   input.quota.node_hard: its hard amounts on the target node
 #
 # Amounts are numbers: cores for cpu, bytes for memory, units otherwise; a
-# resource absent is 0. The pod decided is never part of the usage. Only
-# resources the pod requests are checked, as a ResourceQuota does.
+# resource absent is 0. Only resources the pod holds are checked, as a
+# ResourceQuota does. The pod decided is never part of the usage. The bridge
+# then charges an allowed create to the ledger with a resourceVersion-checked
+# write, which refuses it (whatever this rule said) if other bridges took the
+# room meanwhile.
 #
-# Cost: the rules for a tenant with a quota fail at input.quota.request
-# when there is none; the two others read the precomputed table once.
 # authz.rego's fast path proves these rules silent without evaluating them:
-# no input.quota.request, no table errors, no table entry for the tenant.
-# A rule that can fire otherwise must be proved there too.
+# no input.quota.request, and no data.interlink.quotas. A rule that can fire
+# otherwise must be proved there too.
 
-_quota_table := data.interlink.quota_limits.table
+# Over the tenant's quota.
+_quota_violations contains msg if {
+	input.operation == "create"
+	input.quota.request
+	some res, hard in input.quota.hard
+	req := _quota_amount("request", res)
+	req > 0
+	used := _quota_amount("tenant", res)
+	used + req > hard
+	msg := sprintf("tenant %q would use %v %s on virtual nodes, over its quota of %v (%v in use, this pod holds %v)", [_quota_tenant, used + req, res, hard, used, req])
+}
+
+# Over the tenant's quota on the target node.
+_quota_violations contains msg if {
+	input.operation == "create"
+	input.quota.request
+	some res, hard in input.quota.node_hard
+	req := _quota_amount("request", res)
+	req > 0
+	used := _quota_amount("node", res)
+	used + req > hard
+	msg := sprintf("tenant %q would use %v %s on virtual node %q, over its quota there of %v (%v in use, this pod holds %v)", [_quota_tenant, used + req, res, _quota_node, hard, used, req])
+}
+
+# Usage or hard amounts that are not numbers cannot be compared: deny.
+_quota_violations contains msg if {
+	input.operation == "create"
+	input.quota.request
+	some part in ["tenant", "node", "request", "hard", "node_hard"]
+	bad := _quota_malformed(part)
+	msg := sprintf("input.quota.%s%s: the quota of tenant %q cannot be checked", [part, bad, _quota_tenant])
+}
+
+# The data file's quotas are no longer read: every create is refused until they
+# are moved to OffloadTenant objects (README, "Tenants as cluster objects").
+_quota_violations contains msg if {
+	input.operation == "create"
+	_ = data.interlink.quotas
+	msg := "data.interlink.quotas is no longer read: declare each tenant's quota as an OffloadTenant object (sar-bridge.io/v1alpha1, spec.hard) and remove it from the policy data"
+}
 
 # The tenant and target node, read here rather than from authz.rego's
 # helpers, so that this file compiles beside a replacement authz.rego.
@@ -38,64 +78,6 @@ _quota_node := n if {
 	is_string(n)
 } else := ""
 
-# Over the tenant's quota.
-_quota_violations contains msg if {
-	input.operation == "create"
-	input.quota.request
-	some res, limit in _quota_table.tenants[_quota_tenant].limits
-	req := _quota_amount("request", res)
-	req > 0
-	used := _quota_amount("tenant", res)
-	used + req > limit.value
-	msg := sprintf("tenant %q would use %v %s on virtual nodes, over its quota of %s (%v in use, this pod requests %v)", [_quota_tenant, used + req, res, _quota_limit_text(limit), used, req])
-}
-
-# Over the tenant's quota on the target node.
-_quota_violations contains msg if {
-	input.operation == "create"
-	input.quota.request
-	some res, limit in _quota_table.tenants[_quota_tenant].nodes[_quota_node]
-	req := _quota_amount("request", res)
-	req > 0
-	used := _quota_amount("node", res)
-	used + req > limit.value
-	msg := sprintf("tenant %q would use %v %s on virtual node %q, over its quota of %s there (%v in use, this pod requests %v)", [_quota_tenant, used + req, res, _quota_node, _quota_limit_text(limit), used, req])
-}
-
-# A quota the admin mistyped denies the tenant's creates: it must never
-# lift the limit.
-_quota_violations contains msg if {
-	input.operation == "create"
-	input.quota.request
-	some msg in _quota_table.tenants[_quota_tenant].errors
-}
-
-# Usage that is not numbers cannot be compared: deny.
-_quota_violations contains msg if {
-	input.operation == "create"
-	input.quota.request
-	some part in ["tenant", "node", "request"]
-	bad := _quota_malformed(part)
-	msg := sprintf("input.quota.%s%s: the quota of tenant %q cannot be checked", [part, bad, _quota_tenant])
-}
-
-# data.interlink.quotas is not an object of tenants: every create is denied.
-_quota_violations contains msg if {
-	input.operation == "create"
-	some msg in _quota_table.errors
-}
-
-# A tenant with a quota but no usage in the input (the policy run without
-# sar-bridge's usage tracker, or a data reload a moment ago): the quota
-# cannot be enforced, so the create is denied.
-_quota_violations contains msg if {
-	input.operation == "create"
-	not input.quota.request
-	input.review.allowed == true
-	_quota_table.tenants[_quota_tenant]
-	msg := sprintf("tenant %q has an offload quota (data.interlink.quotas) but the input carries no usage (input.quota): the quota cannot be enforced", [_quota_tenant])
-}
-
 # An amount of input.quota[part]: 0 when absent, as given otherwise
 # (_quota_malformed reports what is not a number).
 _quota_amount(part, res) := v if {
@@ -105,10 +87,8 @@ _quota_amount(part, res) := v if {
 	not input.quota[part][res]
 }
 
-# Why input.quota[part] cannot be read as amounts, if it cannot: "node" may
-# be absent (no target node), "tenant" and "request" may not.
+# Why input.quota[part] cannot be read as amounts, if it cannot.
 _quota_malformed(part) := " is missing" if {
-	part != "node"
 	not input.quota[part]
 } else := sprintf(" is %s, not an object", [type_name(input.quota[part])]) if {
 	not is_object(input.quota[part])
@@ -116,7 +96,3 @@ _quota_malformed(part) := " is missing" if {
 	some res, v in input.quota[part]
 	not is_number(v)
 }
-
-_quota_limit_text(limit) := sprintf("%v", [limit.raw]) if {
-	sprintf("%v", [limit.raw]) == sprintf("%v", [limit.value])
-} else := sprintf("%v = %v", [limit.raw, limit.value])

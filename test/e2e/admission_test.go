@@ -252,6 +252,55 @@ func kubectlPath(t *testing.T) string {
 	return discoveryKubectl.path
 }
 
+// webhookServing is a CA and a serving certificate for 127.0.0.1 it signed, written to
+// files for the bridge's --tls.server.cert-file and --tls.server.key-file.
+func webhookServing(t *testing.T, caName string) (ca *cluster.CA, certFile, keyFile string) {
+	t.Helper()
+	ca, err := cluster.NewCA(caName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := ca.ServerCert("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := serving.WriteFiles(certFile, keyFile); err != nil {
+		t.Fatal(err)
+	}
+	return ca, certFile, keyFile
+}
+
+// registerScopedWebhooks creates manifests/admission's configurations under name, pointed
+// at the bridge and called only for namespaces labelled label=on, until the test ends.
+func registerScopedWebhooks(t *testing.T, bridgeURL string, caPEM []byte, name, label string) {
+	t.Helper()
+	ctx := context.Background()
+	v, m := webhookConfigs(t, bridgeURL, caPEM)
+	v.Name, m.Name = name, name
+	only := &metav1.LabelSelector{MatchLabels: map[string]string{label: "on"}}
+	for i := range v.Webhooks {
+		v.Webhooks[i].NamespaceSelector = only
+	}
+	for i := range m.Webhooks {
+		m.Webhooks[i].NamespaceSelector = only
+	}
+	reg := suite.cluster.Client.AdmissionregistrationV1()
+	if _, err := reg.ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = reg.ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	if _, err := reg.MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = reg.MutatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
 // webhookConfigs reads manifests/admission's two configurations and points them at the
 // bridge: url instead of the Service, the test CA as caBundle, no cert-manager
 // annotation, and only namespaces labelled admLabel=on (the API server is shared).
@@ -364,19 +413,7 @@ func TestAdmission(t *testing.T) {
 	schedulerUser := certUser(t, "system:kube-scheduler")
 
 	// The bridge serves the webhooks on its TLS public listener.
-	ca, err := cluster.NewCA("e2e-admission CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := ca.ServerCert("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := serving.WriteFiles(certFile, keyFile); err != nil {
-		t.Fatal(err)
-	}
+	ca, certFile, keyFile := webhookServing(t, "e2e-admission CA")
 	// With a site's own rule (site_rules_test.go), which turns the fast path off and
 	// must refuse through the webhooks too.
 	b := newBridge(t, "--tls.server.cert-file="+certFile, "--tls.server.key-file="+keyFile, "--policies="+siteRulesDir(t))

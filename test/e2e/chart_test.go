@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -156,8 +157,12 @@ func TestChartRenderingsApply(t *testing.T) {
 				"ConfigMap chart-default/dflt-sar-bridge-policy-data",
 				"Deployment chart-default/dflt-sar-bridge",
 				"PodDisruptionBudget chart-default/dflt-sar-bridge",
+				"Role chart-default/dflt-sar-bridge",
+				"RoleBinding chart-default/dflt-sar-bridge",
 				"Service chart-default/dflt-sar-bridge",
 				"ServiceAccount chart-default/dflt-sar-bridge",
+				"ValidatingAdmissionPolicy dflt-sar-bridge-ledger-marks",
+				"ValidatingAdmissionPolicyBinding dflt-sar-bridge-ledger-marks",
 			},
 		},
 		{
@@ -184,14 +189,18 @@ func TestChartRenderingsApply(t *testing.T) {
 				"NetworkPolicy chart-full/full-sar-bridge-interlink",
 				"NetworkPolicy chart-full/full-sar-bridge-memcached",
 				"PodDisruptionBudget chart-full/full-sar-bridge",
+				"Role chart-full/full-sar-bridge",
+				"RoleBinding chart-full/full-sar-bridge",
 				"Secret chart-full/full-sar-bridge-memcached-hmac",
 				"Service chart-full/full-sar-bridge",
 				"Service chart-full/full-sar-bridge-memcached",
 				"ServiceAccount chart-full/full-sar-bridge",
+				"ValidatingAdmissionPolicy full-sar-bridge-ledger-marks",
 				"ValidatingAdmissionPolicy sar-bridge-discovery.extra.interlink.io",
 				"ValidatingAdmissionPolicy sar-bridge-discovery.interlink.io",
 				"ValidatingAdmissionPolicy sar-bridge-discovery.shared.interlink.io",
 				"ValidatingAdmissionPolicy sar-bridge-discovery.tenant-b.interlink.io",
+				"ValidatingAdmissionPolicyBinding full-sar-bridge-ledger-marks",
 				"ValidatingAdmissionPolicyBinding sar-bridge-discovery.extra.interlink.io",
 				"ValidatingAdmissionPolicyBinding sar-bridge-discovery.interlink.io",
 				"ValidatingAdmissionPolicyBinding sar-bridge-discovery.shared.interlink.io",
@@ -200,12 +209,12 @@ func TestChartRenderingsApply(t *testing.T) {
 			},
 		},
 		{
-			name: "existing memcached and Secret, no CRDs, one replica (no PDB)", release: "ext", namespace: "chart-ext",
+			name: "existing memcached and Secret, no CRDs, no ledger-marks policy, one replica (no PDB)", release: "ext", namespace: "chart-ext",
 			args: []string{
 				"--set-string", "mappings.team-a=interlink.io",
 				"--set", "memcached.servers={mc-0.cache.svc:11211,mc-1.cache.svc:11211}",
 				"--set-string", "memcached.hmac.existingSecret=shared-hmac",
-				"--set", "crds.create=false,replicaCount=1",
+				"--set", "crds.create=false,replicaCount=1,ledgerMarksPolicy.enabled=false",
 			},
 			want: []string{
 				"ClusterRole ext-sar-bridge",
@@ -213,6 +222,8 @@ func TestChartRenderingsApply(t *testing.T) {
 				"ConfigMap chart-ext/ext-sar-bridge-mappings",
 				"ConfigMap chart-ext/ext-sar-bridge-policy-data",
 				"Deployment chart-ext/ext-sar-bridge",
+				"Role chart-ext/ext-sar-bridge",
+				"RoleBinding chart-ext/ext-sar-bridge",
 				"Service chart-ext/ext-sar-bridge",
 				"ServiceAccount chart-ext/ext-sar-bridge",
 			},
@@ -231,7 +242,7 @@ func TestChartRenderingsApply(t *testing.T) {
 			t.Cleanup(func() {
 				// The discovery objects stay (as helm would keep them): other tests use them,
 				// they store nothing, and manifests/base has the same interlink.io ones.
-				_ = suite.cluster.Delete(context.Background(), cluster.Filter(all, cluster.SkipKinds(discoveryKinds...)))
+				_ = suite.cluster.Delete(context.Background(), cluster.Filter(all, func(o *unstructured.Unstructured) bool { return !isDiscoveryKind(o) }))
 			})
 		})
 	}
@@ -377,8 +388,9 @@ func asJSON(t *testing.T, v any) string {
 
 // The chart, with values that say what manifests/base says, renders the same objects:
 // the same pod spec (args, probes, securityContext, resources, volumes), the same
-// ClusterRole rules, Service ports, PDB, ServiceAccount and policy data, and the same
-// tenant mappings. With memcached on it matches manifests/memcached the same way.
+// ClusterRole rules, ledger-marks admission policy, Service ports, PDB, ServiceAccount
+// and policy data, and the same tenant mappings. With memcached on it matches
+// manifests/memcached the same way.
 func TestChartMatchesKustomize(t *testing.T) {
 	for _, tc := range []struct {
 		name, dir string
@@ -421,6 +433,26 @@ func TestChartMatchesKustomize(t *testing.T) {
 			cr := findIn[rbacv1.ClusterRole](t, chart, "ClusterRole", "sar-bridge")
 			if !reflect.DeepEqual(kr.Rules, cr.Rules) {
 				t.Errorf("ClusterRole rules differ\nkustomize: %s\nchart: %s", asJSON(t, kr.Rules), asJSON(t, cr.Rules))
+			}
+			klr := findIn[rbacv1.Role](t, kust, "Role", "sar-bridge")
+			clr := findIn[rbacv1.Role](t, chart, "Role", "sar-bridge")
+			if !reflect.DeepEqual(klr.Rules, clr.Rules) || klr.Namespace != clr.Namespace {
+				t.Errorf("leader election Roles differ\nkustomize: %s %s\nchart: %s %s", klr.Namespace, asJSON(t, klr.Rules), clr.Namespace, asJSON(t, clr.Rules))
+			}
+			klb := findIn[rbacv1.RoleBinding](t, kust, "RoleBinding", "sar-bridge")
+			clb := findIn[rbacv1.RoleBinding](t, chart, "RoleBinding", "sar-bridge")
+			if !reflect.DeepEqual(klb.RoleRef, clb.RoleRef) || !reflect.DeepEqual(klb.Subjects, clb.Subjects) || klb.Namespace != clb.Namespace {
+				t.Errorf("leader election RoleBindings differ: kustomize %+v %+v, chart %+v %+v", klb.RoleRef, klb.Subjects, clb.RoleRef, clb.Subjects)
+			}
+			kvap := findIn[admissionregistrationv1.ValidatingAdmissionPolicy](t, kust, "ValidatingAdmissionPolicy", "sar-bridge-ledger-marks")
+			cvap := findIn[admissionregistrationv1.ValidatingAdmissionPolicy](t, chart, "ValidatingAdmissionPolicy", "sar-bridge-ledger-marks")
+			if !reflect.DeepEqual(kvap.Spec, cvap.Spec) {
+				t.Errorf("ledger-marks policies differ\nkustomize: %s\nchart: %s", asJSON(t, kvap.Spec), asJSON(t, cvap.Spec))
+			}
+			kvb := findIn[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, kust, "ValidatingAdmissionPolicyBinding", "sar-bridge-ledger-marks")
+			cvb := findIn[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, chart, "ValidatingAdmissionPolicyBinding", "sar-bridge-ledger-marks")
+			if !reflect.DeepEqual(kvb.Spec, cvb.Spec) {
+				t.Errorf("ledger-marks bindings differ: kustomize %s, chart %s", asJSON(t, kvb.Spec), asJSON(t, cvb.Spec))
 			}
 			kb := findIn[rbacv1.ClusterRoleBinding](t, kust, "ClusterRoleBinding", "sar-bridge")
 			cb := findIn[rbacv1.ClusterRoleBinding](t, chart, "ClusterRoleBinding", "sar-bridge")
@@ -588,7 +620,7 @@ subjects:
 		}
 	})
 
-	t.Run("can-i --list is exactly the ClusterRole", func(t *testing.T) {
+	t.Run("can-i --list is exactly the ClusterRole and the Role", func(t *testing.T) {
 		cmd := exec.Command(kubectl(t), "--kubeconfig", kubeconfig, "auth", "can-i", "--list", "--namespace", chartRBACNS)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -599,9 +631,13 @@ subjects:
 			// The chart's ClusterRole.
 			"namespaces [] [] [get list watch]",
 			"nodes [] [] [get list watch]",
-			"pods [] [] [get list watch]",
+			"pods [] [] [get list watch patch]",
+			"offloadtenants.sar-bridge.io [] [] [get list watch]",
+			"offloadtenants.sar-bridge.io/status [] [] [get update patch]",
 			"subjectaccessreviews.authorization.k8s.io [] [] [create]",
 			"tokenreviews.authentication.k8s.io [] [] [create]",
+			// The chart's Role in its namespace: the reconciler's leader election.
+			"leases.coordination.k8s.io [] [] [get create update]",
 			// What every authenticated user may (system:basic-user, system:discovery,
 			// system:public-info-viewer).
 			"selfsubjectreviews.authentication.k8s.io [] [] [create]",
@@ -726,6 +762,8 @@ func TestChartInstallUpgrade(t *testing.T) {
 		"kubectl -n team-a create rolebinding offload --clusterrole=interlink-offloader --serviceaccount=team-a:runner",
 		"kubectl auth can-i create pods.interlink.io -n team-a --as=system:serviceaccount:team-a:runner",
 		"team-a=interlink.io",
+		"kind: OffloadTenant",
+		"kubectl get offloadtenants",
 	} {
 		if !strings.Contains(out, w) {
 			t.Errorf("helm install's notes lack %q:\n%s", w, out)

@@ -38,12 +38,20 @@ func TestBridgeIdentity(t *testing.T) {
 		{"watch", "", "nodes", true},
 		{"get", "", "nodes", true},
 		{"list", "", "pods", true}, // tenant offload quotas: usage on virtual nodes
-		{"get", "", "pods", true}, // who wrote the Virtual Kubelet's annotations (the relay reads the live pod)
+		{"get", "", "pods", true},  // who wrote the Virtual Kubelet's annotations (the relay reads the live pod)
 		{"delete", "", "pods", false},
 		{"create", "", "namespaces", false},
 		{"get", "", "secrets", false},
 		{"update", "", "nodes", false},
 		{"create", "rbac.authorization.k8s.io", "rolebindings", false},
+		{"patch", "", "pods", true}, // the quota reconciler labels the pods it confirmed charged
+		{"update", "", "pods", false},
+		{"watch", "sar-bridge.io", "offloadtenants", true}, // tenants as cluster objects
+		{"get", "sar-bridge.io", "offloadtenants", true},
+		{"update", "sar-bridge.io", "offloadtenants", false}, // the spec is the admin's
+		{"patch", "sar-bridge.io", "offloadtenants", false},
+		{"create", "sar-bridge.io", "offloadtenants", false},
+		{"delete", "sar-bridge.io", "offloadtenants", false},
 	} {
 		got, err := c.Can(ctx, user, groups, authzAttrs(tc.verb, tc.group, tc.resource))
 		if err != nil {
@@ -51,6 +59,31 @@ func TestBridgeIdentity(t *testing.T) {
 		}
 		if got != tc.want {
 			t.Errorf("%s %s.%s: allowed=%v, want %v", tc.verb, tc.resource, tc.group, got, tc.want)
+		}
+	}
+	// The quota ledger writes an OffloadTenant's status, and its reconciler's leader
+	// election a Lease in the bridge's own namespace only.
+	for _, tc := range []struct {
+		attrs authorizationv1.ResourceAttributes
+		want  bool
+	}{
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "sar-bridge.io", Resource: "offloadtenants", Subresource: "status"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "patch", Group: "sar-bridge.io", Resource: "offloadtenants", Subresource: "status"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "sar-bridge.io", Resource: "offloadtenants", Subresource: "status"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: "sar-bridge", Verb: "create", Group: "coordination.k8s.io", Resource: "leases"}, true},
+		{authorizationv1.ResourceAttributes{Namespace: "sar-bridge", Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Name: "any"}, true},
+		{authorizationv1.ResourceAttributes{Namespace: "sar-bridge", Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Name: "any"}, true},
+		{authorizationv1.ResourceAttributes{Namespace: "sar-bridge", Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Name: "any"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: "sar-bridge", Verb: "list", Group: "coordination.k8s.io", Resource: "leases"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: "kube-system", Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Name: "any"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "create", Group: "coordination.k8s.io", Resource: "leases"}, false},
+	} {
+		got, err := c.Can(ctx, user, groups, tc.attrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("%+v: allowed=%v, want %v", tc.attrs, got, tc.want)
 		}
 	}
 }

@@ -159,19 +159,7 @@ func TestHPCRunAsUserModification(t *testing.T) {
 	}
 
 	// One bridge serves both front doors: the relay and, on its TLS listener, the webhooks.
-	ca, err := cluster.NewCA("e2e-hpc-mods CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := ca.ServerCert("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := serving.WriteFiles(certFile, keyFile); err != nil {
-		t.Fatal(err)
-	}
+	ca, certFile, keyFile := webhookServing(t, "e2e-hpc-mods CA")
 	b, plugin, client, base := relayBridge(t, false, false,
 		"--policies.data="+modsData(t), "--tls.server.cert-file="+certFile, "--tls.server.key-file="+keyFile)
 
@@ -207,28 +195,7 @@ func TestHPCRunAsUserModification(t *testing.T) {
 	})
 
 	t.Run("mutating webhook", func(t *testing.T) {
-		v, m := webhookConfigs(t, b.HTTPSURL(), ca.CertPEM)
-		v.Name, m.Name = modsConfig, modsConfig
-		only := &metav1.LabelSelector{MatchLabels: map[string]string{modsLabel: "on"}}
-		for i := range v.Webhooks {
-			v.Webhooks[i].NamespaceSelector = only
-		}
-		for i := range m.Webhooks {
-			m.Webhooks[i].NamespaceSelector = only
-		}
-		reg := c.Client.AdmissionregistrationV1()
-		if _, err := reg.ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = reg.ValidatingWebhookConfigurations().Delete(context.Background(), modsConfig, metav1.DeleteOptions{})
-		})
-		if _, err := reg.MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = reg.MutatingWebhookConfigurations().Delete(context.Background(), modsConfig, metav1.DeleteOptions{})
-		})
+		registerScopedWebhooks(t, b.HTTPSURL(), ca.CertPEM, modsConfig, modsLabel)
 
 		dave := certUser(t, "dave")
 		// The API server loads webhook configurations asynchronously: wait until a dry run

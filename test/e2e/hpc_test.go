@@ -231,44 +231,11 @@ func TestHPCThroughTheWebhooks(t *testing.T) {
 	t.Cleanup(func() { _ = c.Delete(context.Background(), rbac) })
 	carol := certUser(t, "carol")
 
-	ca, err := cluster.NewCA("e2e-hpc CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := ca.ServerCert("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := serving.WriteFiles(certFile, keyFile); err != nil {
-		t.Fatal(err)
-	}
+	ca, certFile, keyFile := webhookServing(t, "e2e-hpc CA")
 	b := newBridge(t, append(hpcBridgeArgs(t), "--tls.server.cert-file="+certFile, "--tls.server.key-file="+keyFile)...)
 
 	// The shipped webhooks, named and scoped for this test's namespace.
-	v, m := webhookConfigs(t, b.HTTPSURL(), ca.CertPEM)
-	v.Name, m.Name = hpcConfig, hpcConfig
-	only := &metav1.LabelSelector{MatchLabels: map[string]string{hpcLabel: "on"}}
-	for i := range v.Webhooks {
-		v.Webhooks[i].NamespaceSelector = only
-	}
-	for i := range m.Webhooks {
-		m.Webhooks[i].NamespaceSelector = only
-	}
-	reg := c.Client.AdmissionregistrationV1()
-	if _, err := reg.ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = reg.ValidatingWebhookConfigurations().Delete(context.Background(), hpcConfig, metav1.DeleteOptions{})
-	})
-	if _, err := reg.MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = reg.MutatingWebhookConfigurations().Delete(context.Background(), hpcConfig, metav1.DeleteOptions{})
-	})
+	registerScopedWebhooks(t, b.HTTPSURL(), ca.CertPEM, hpcConfig, hpcLabel)
 
 	hpcPod := func(name string, hc hpcCase) *corev1.Pod {
 		p := &corev1.Pod{

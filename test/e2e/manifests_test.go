@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -156,7 +157,11 @@ func TestManifestsBaseClusterRole(t *testing.T) {
 		"/namespaces/get", "/namespaces/list", "/namespaces/watch",
 		"/nodes/get", "/nodes/list", "/nodes/watch",
 		"/pods/list", "/pods/watch", // tenant offload quotas: usage on virtual nodes
-		"/pods/get", // who wrote the Virtual Kubelet's annotations (managedFields)
+		"/pods/get",   // who wrote the Virtual Kubelet's annotations (managedFields)
+		"/pods/patch", // the quota reconciler labels the pods it confirmed charged
+		// Tenants as cluster objects, and the quota ledger in their status.
+		"sar-bridge.io/offloadtenants/get", "sar-bridge.io/offloadtenants/list", "sar-bridge.io/offloadtenants/watch",
+		"sar-bridge.io/offloadtenants/status/get", "sar-bridge.io/offloadtenants/status/update", "sar-bridge.io/offloadtenants/status/patch",
 	}
 	for _, w := range want {
 		if !got[w] {
@@ -166,6 +171,23 @@ func TestManifestsBaseClusterRole(t *testing.T) {
 	}
 	for extra := range got {
 		t.Errorf("ClusterRole grants more than needed: %s", extra)
+	}
+}
+
+// The quota reconciler's leader election may use Leases in the bridge's namespace, and
+// nothing else: a Role bound to the bridge's ServiceAccount there.
+func TestManifestsBaseLeaseRole(t *testing.T) {
+	objs := renderBase(t)
+	role := find[rbacv1.Role](t, objs, "Role", "sar-bridge")
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}}
+	if role.Namespace != "sar-bridge" || !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("Role %s/%s rules %+v, want %+v in sar-bridge", role.Namespace, role.Name, role.Rules, want)
+	}
+	rb := find[rbacv1.RoleBinding](t, objs, "RoleBinding", "sar-bridge")
+	wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "sar-bridge"}
+	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "sar-bridge", Namespace: "sar-bridge"}}
+	if rb.Namespace != "sar-bridge" || rb.RoleRef != wantRef || !reflect.DeepEqual(rb.Subjects, wantSubjects) {
+		t.Errorf("RoleBinding %s/%s %+v %+v", rb.Namespace, rb.Name, rb.RoleRef, rb.Subjects)
 	}
 }
 

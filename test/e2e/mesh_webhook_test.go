@@ -157,29 +157,7 @@ func applyMeshWHFixtures(t *testing.T) {
 // namespace only, pointed at the bridge, and waits until the API server calls them.
 func registerMeshWHWebhooks(t *testing.T, bridgeURL string, caPEM []byte, probe func() error, refusal string) {
 	t.Helper()
-	ctx := context.Background()
-	v, m := webhookConfigs(t, bridgeURL, caPEM)
-	v.Name, m.Name = meshWHConfig, meshWHConfig
-	only := &metav1.LabelSelector{MatchLabels: map[string]string{meshWHLabel: "on"}}
-	for i := range v.Webhooks {
-		v.Webhooks[i].NamespaceSelector = only
-	}
-	for i := range m.Webhooks {
-		m.Webhooks[i].NamespaceSelector = only
-	}
-	reg := suite.cluster.Client.AdmissionregistrationV1()
-	if _, err := reg.ValidatingWebhookConfigurations().Create(ctx, v, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = reg.ValidatingWebhookConfigurations().Delete(context.Background(), meshWHConfig, metav1.DeleteOptions{})
-	})
-	if _, err := reg.MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = reg.MutatingWebhookConfigurations().Delete(context.Background(), meshWHConfig, metav1.DeleteOptions{})
-	})
+	registerScopedWebhooks(t, bridgeURL, caPEM, meshWHConfig, meshWHLabel)
 	// The API server loads configurations asynchronously: wait for a refusal by the bridge.
 	var last error
 	if _, ok := poll(30*time.Second, 200*time.Millisecond, func() bool {
@@ -245,19 +223,7 @@ func TestMeshWebhook(t *testing.T) {
 	lookalike := saUser(t, meshWHNS, "vk") // the VK's name, in the tenant's namespace
 	vkUser := sa(meshWHVKNS, "vk")
 
-	ca, err := cluster.NewCA("e2e-mesh-webhook CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := ca.ServerCert("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := serving.WriteFiles(certFile, keyFile); err != nil {
-		t.Fatal(err)
-	}
+	ca, certFile, keyFile := webhookServing(t, "e2e-mesh-webhook CA")
 	// One bridge in both roles: the relay interLink calls, and the webhooks.
 	b, plugin, client, base := relayBridge(t, false, false,
 		"--tls.server.cert-file="+certFile, "--tls.server.key-file="+keyFile, "--admission.vk-users="+vkUser)

@@ -198,8 +198,8 @@ func TestHelmPostRender(t *testing.T) {
 	}
 
 	in, got := yamlDocs(interlinkChartOutput), yamlDocs(out)
-	if len(got) != len(in)+3 {
-		t.Fatalf("%d documents in, %d out, want the input's, a NetworkPolicy, a ClusterRole and its binding:\n%s", len(in), len(got), out)
+	if len(got) != len(in)+5 {
+		t.Fatalf("%d documents in, %d out, want the input's, a NetworkPolicy, a ClusterRole and its binding, a Role and its binding:\n%s", len(in), len(got), out)
 	}
 	for _, i := range []int{0, 1, 2, 4} { // the ServiceAccount, both ConfigMaps, the Service
 		if got[i] != in[i] {
@@ -289,6 +289,17 @@ func TestHelmPostRender(t *testing.T) {
 	if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "vk-pr", Namespace: postRenderNS}}; !reflect.DeepEqual(crb.Subjects, want) || crb.RoleRef.Name != cr.Name {
 		t.Errorf("ClusterRoleBinding %+v %+v", crb.RoleRef, crb.Subjects)
 	}
+	// The leader election: manifests/base's Role, in the Lease's namespace (the
+	// default, sar-bridge: the sidecars and the standalone replicas share one Lease).
+	lr := findIn[rbacv1.Role](t, objs, "Role", "sar-bridge-vk-pr-vk-pr-node")
+	if want := findIn[rbacv1.Role](t, renderBase(t), "Role", "sar-bridge").Rules; lr.Namespace != "sar-bridge" || !reflect.DeepEqual(lr.Rules, want) {
+		t.Errorf("Role %s/%s rules %s, want manifests/base's %s in sar-bridge", lr.Namespace, lr.Name, asJSON(t, lr.Rules), asJSON(t, want))
+	}
+	lrb := findIn[rbacv1.RoleBinding](t, objs, "RoleBinding", "sar-bridge-vk-pr-vk-pr-node")
+	if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "vk-pr", Namespace: postRenderNS}}; lrb.Namespace != "sar-bridge" || !reflect.DeepEqual(lrb.Subjects, want) ||
+		lrb.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: lr.Name}) {
+		t.Errorf("RoleBinding %s/%s %+v %+v", lrb.Namespace, lrb.Name, lrb.RoleRef, lrb.Subjects)
+	}
 
 	// The NetworkPolicy: interLink's pod, only the VK's kubelet port (logs and exec from
 	// the API server) and the bastion's Service target, from anywhere; not the plugin's
@@ -349,6 +360,13 @@ func TestHelmPostRender(t *testing.T) {
 		if err := suite.cluster.WaitForAccess(ctx, self, cluster.ServiceAccountGroups(postRenderNS),
 			authorizationv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, true, 30*time.Second); err != nil {
 			t.Fatal(err)
+		}
+		// Its leader election may take the Lease in sar-bridge, and nowhere else.
+		for ns, want := range map[string]bool{"sar-bridge": true, postRenderNS: false} {
+			if err := suite.cluster.WaitForAccess(ctx, self, cluster.ServiceAccountGroups(postRenderNS),
+				authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "coordination.k8s.io", Resource: "leases"}, want, 30*time.Second); err != nil {
+				t.Error(err)
+			}
 		}
 		dir, err := os.MkdirTemp("", "sb-pr-") // short: socket paths are limited to ~100 bytes
 		if err != nil {

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# make bench-ledger: what the tenants' quota ledger (OffloadTenant status, issue 33)
+# costs. In one test control plane (kube-apiserver and etcd), REPLICAS bridge processes
+# share the ledger and elect one reconciler; an array job of PODS pods (stored and bound
+# to a virtual node, each its own name, UID and completion index) is decided through the
+# Data API, WORKERS at a time, round-robin over the replicas: once for a tenant without
+# hard amounts, once for a tenant whose hard.pods admits the whole job. It prints the
+# decision latency (p50, p90, p99, max) of both, and for the charged job the ledger writes
+# per admitted pod (sar_bridge_ledger_writes_total{result="success"} of every replica),
+# the conflicts, the charges per write, and the status writes the API server served. It
+# measures only: nothing here passes or fails on a figure.
+#
+#   hack/bench-ledger.sh                          # needs bin/sar-bridge and the control plane
+#   PODS=200 hack/bench-ledger.sh                 # a quick run
+#   BRIDGE=/tmp/other/sar-bridge hack/bench-ledger.sh
+#
+# Environment: PODS (1000), WORKERS (32 decisions in flight), REPLICAS (3), ROUNDS (1:
+# how many times the pair without/with charging is run, each with a job of its own),
+# BRIDGE (bin/sar-bridge), BRIDGE_ARGS (extra flags for every replica, e.g.
+# "--kube.qps=500 --kube.burst=1000"), BENCH_KEEP=1 keeps the working directory (logs),
+# SAR_BRIDGE_CACHE.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+bridge=${BRIDGE:-$root/bin/sar-bridge}
+log() { printf 'bench-ledger: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+[ -x "$bridge" ] || die "$bridge is missing: make build"
+controlplane_bin=$(hack/controlplane.sh)
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sar-bridge-bench-ledger.XXXXXX")
+cleanup() {
+  if [ "${BENCH_KEEP:-}" = 1 ]; then log "kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+
+log "building the helper (test/cmd/bench-ledger)"
+(cd test && go build -o "$tmp/bench-ledger" ./cmd/bench-ledger)
+
+args=(--bin-dir "$controlplane_bin" --dir "$tmp/run" --keep
+  --bridge "$bridge" --pods "${PODS:-1000}" --workers "${WORKERS:-32}" --replicas "${REPLICAS:-3}" --rounds "${ROUNDS:-1}")
+for a in ${BRIDGE_ARGS:-}; do args+=(--bridge-arg "$a"); done
+SAR_BRIDGE_ROOT=$root "$tmp/bench-ledger" "${args[@]}"

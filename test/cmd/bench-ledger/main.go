@@ -1,0 +1,588 @@
+// Command bench-ledger is hack/bench-ledger.sh's helper (make bench-ledger): what the
+// quota ledger (issue 33) costs. It starts the test control plane (kube-apiserver and
+// etcd), applies manifests/base (the OffloadTenant CRD, the bridge's RBAC), and starts
+// three bridge replicas that share the ledger and elect one reconciler. An array job of
+// --pods pods (one spec; each pod its own name, UID and completion index) is stored in
+// the API server, bound to a virtual node as interLink's Virtual Kubelet has its pods, and
+// decided through the Data API (operation create, the stored pod), --workers at a time,
+// spread round-robin over the replicas: once for a tenant without hard amounts (nothing
+// is charged) and once for a tenant whose hard.pods admits the whole job (every allow is
+// charged), in the same run and control plane. It reports, for each, the decision
+// latency (p50, p99, max) and rate, and for the charged job the ledger's writes
+// (sar_bridge_ledger_writes_total of the three replicas) per admitted pod, the
+// conflicts, the batch sizes, and the status writes the API server served (the
+// reconciler's included). It lives in the test module for client-go; it is not a test
+// and passes or fails on no figure, only on a decision that is not the one expected.
+//
+//	bench-ledger --bridge PATH --bin-dir DIR [--pods 1000] [--workers 32] [--replicas 3] [--rounds 1]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/sar-bridge/sar-bridge/test/cluster"
+)
+
+const (
+	quotaNS      = "job-quota" // tenant with hard.pods: every allow is charged
+	freeNS       = "job-free"  // tenant without hard amounts: nothing is charged
+	virtualNode  = "vk-1"
+	virtualLabel = "virtual-node.interlink/type"
+	jobName      = "array"
+)
+
+var tenantGVR = schema.GroupVersionResource{Group: "sar-bridge.io", Version: "v1alpha1", Resource: "offloadtenants"}
+
+type config struct {
+	bridge   string
+	binDir   string
+	dir      string
+	pods     int
+	workers  int
+	replicas int
+	rounds   int
+	keep     bool
+	args     stringList
+}
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func main() {
+	var c config
+	flag.StringVar(&c.bridge, "bridge", "", "the sar-bridge binary")
+	flag.StringVar(&c.binDir, "bin-dir", os.Getenv(cluster.EnvControlPlaneBin), "directory with kube-apiserver and etcd")
+	flag.StringVar(&c.dir, "dir", "", "working directory (logs, kubeconfigs); default a temporary one")
+	flag.IntVar(&c.pods, "pods", 1000, "pods of the array job")
+	flag.IntVar(&c.workers, "workers", 32, "decisions in flight at once")
+	flag.IntVar(&c.replicas, "replicas", 3, "bridge replicas sharing the ledger")
+	flag.IntVar(&c.rounds, "rounds", 1, "times the pair (without, with charging) is run, each with a job of its own")
+	flag.BoolVar(&c.keep, "keep", false, "keep the working directory")
+	flag.Var(&c.args, "bridge-arg", "an extra flag for every replica (repeatable)")
+	flag.Parse()
+	if err := run(c); err != nil {
+		fmt.Fprintf(os.Stderr, "bench-ledger: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench-ledger: "+format+"\n", args...)
+}
+
+func run(c config) error {
+	if c.bridge == "" || c.binDir == "" {
+		return errors.New("--bridge and --bin-dir are required")
+	}
+	if c.dir == "" {
+		d, err := os.MkdirTemp("", "sar-bridge-bench-ledger-")
+		if err != nil {
+			return err
+		}
+		c.dir = d
+		if !c.keep {
+			defer os.RemoveAll(d)
+		}
+	}
+	ctx := context.Background()
+	repo, err := cluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	logf("starting etcd and kube-apiserver (logs in %s)", c.dir)
+	cl, err := cluster.Start(cluster.Options{BinDir: c.binDir, WorkDir: filepath.Join(c.dir, "cluster"), StartTimeout: 5 * time.Minute})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cl.Stop() }()
+	if _, err := cl.ApplyDir(ctx, filepath.Join(repo, "manifests", "base"), cluster.SkipKinds("Deployment", "Service")); err != nil {
+		return err
+	}
+	client, err := fastClient(cl.Admin)
+	if err != nil {
+		return err
+	}
+	if err := setUp(ctx, cl, client); err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(c.dir, "sar-bridge.kubeconfig")
+	if _, err := cl.WriteServiceAccountKubeconfig(ctx, kubeconfig, "sar-bridge", "sar-bridge", 24*time.Hour); err != nil {
+		return err
+	}
+
+	var bridges []*cluster.Bridge
+	defer func() {
+		for _, b := range bridges {
+			b.Stop()
+		}
+	}()
+	for i := range c.replicas {
+		// Room for every round's pending charges: nothing confirms a pod here faster
+		// than the job is decided.
+		args := append([]string{"--log.level=warn", fmt.Sprintf("--quota.max-pending=%d", (c.rounds+1)*c.pods+100)}, c.args...)
+		b, err := cluster.StartBridge(cluster.BridgeOptions{Binary: c.bridge, Kubeconfig: kubeconfig, Args: args, ReadyTimeout: 2 * time.Minute,
+			LogPath: filepath.Join(c.dir, fmt.Sprintf("replica-%d.log", i))})
+		if b != nil {
+			bridges = append(bridges, b)
+		}
+		if err != nil {
+			return fmt.Errorf("replica %d: %w", i, err)
+		}
+	}
+	// One create of each tenant per replica first: the reviews are cached and the
+	// OffloadTenants listed before anything is timed.
+	for i, b := range bridges {
+		for _, ns := range []string{freeNS, quotaNS} {
+			p := arrayPod(ns, fmt.Sprintf("warm-up-%d", i), -1)
+			p.UID = types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i))
+			if err := decideUntilAllowed(b, p); err != nil {
+				return fmt.Errorf("warm-up of replica %d: %w", i, err)
+			}
+		}
+	}
+
+	var results []phaseResult
+	for round := range c.rounds {
+		for _, ph := range []struct{ name, ns string }{{"without charging", freeNS}, {"with charging", quotaNS}} {
+			prefix := fmt.Sprintf("%s-r%d", jobName, round)
+			logf("round %d, %s: storing %d pods of %s/%s on %s", round+1, ph.name, c.pods, ph.ns, prefix, virtualNode)
+			pods, err := storeJob(ctx, client, c.workers, ph.ns, prefix, c.pods)
+			if err != nil {
+				return err
+			}
+			r, err := decideJob(cl, bridges, pods, c.workers)
+			if err != nil {
+				return fmt.Errorf("%s: %w", ph.name, err)
+			}
+			r.name, r.round = ph.name, round+1
+			logf("%-17s %d decisions in %v: p50 %v p99 %v; %v ledger writes, %v conflicts", ph.name, r.decisions, r.elapsed.Round(time.Millisecond),
+				r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.writes, r.conflicts)
+			results = append(results, r)
+		}
+	}
+	status, used, pending, err := tenantStatus(ctx, cl)
+	if err != nil {
+		return err
+	}
+	report(c, results, status, used, pending)
+	return nil
+}
+
+// fastClient is an admin client without client-side rate limit.
+func fastClient(cfg *rest.Config) (kubernetes.Interface, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = -1, 0
+	return kubernetes.NewForConfig(cfg)
+}
+
+// setUp creates the two tenants (namespaces, ServiceAccounts, OffloadTenants), the
+// virtual node, and the RBAC that lets their runners offload.
+func setUp(ctx context.Context, cl *cluster.Cluster, client kubernetes.Interface) error {
+	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: virtualNode, Labels: map[string]string{virtualLabel: "virtual-kubelet"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "virtual-node.interlink/no-schedule", Value: "true", Effect: corev1.TaintEffectNoSchedule}}}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if _, err := client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-offloader"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"interlink.io"}, Resources: []string{"pods"}, Verbs: []string{"create"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	for _, ns := range []string{freeNS, quotaNS} {
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner"}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		if _, err := client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "offload"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "bench-offloader"},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner", Namespace: ns}},
+		}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		spec := map[string]any{"group": "interlink.io"}
+		if ns == quotaNS {
+			spec["hard"] = map[string]any{"pods": "100000"}
+		}
+		tenant := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "sar-bridge.io/v1alpha1", "kind": "OffloadTenant",
+			"metadata": map[string]any{"name": ns}, "spec": spec}}
+		if _, err := cl.Dynamic.Resource(tenantGVR).Create(ctx, tenant, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("OffloadTenant %s: %w", ns, err)
+		}
+	}
+	return nil
+}
+
+// arrayPod is pod index of the array job in ns (index < 0: a pod of no job): one
+// container with requests and limits, as a Job's pod template makes them.
+func arrayPod(ns, name string, index int) *corev1.Pod {
+	p := &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			NodeName: virtualNode, ServiceAccountName: "runner", RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "main", Image: "registry.example.org/team/solver:2.1", Command: []string{"/bin/solver", "--part=$(JOB_COMPLETION_INDEX)"},
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("2Gi")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")},
+				},
+			}},
+			Tolerations: []corev1.Toleration{{Key: "virtual-node.interlink/no-schedule", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		},
+	}
+	if index >= 0 {
+		p.Labels = map[string]string{"batch.kubernetes.io/job-name": jobName, "batch.kubernetes.io/job-completion-index": strconv.Itoa(index)}
+		p.Annotations = map[string]string{"batch.kubernetes.io/job-completion-index": strconv.Itoa(index)}
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: jobName, UID: "3f1d4b0e-0000-4000-8000-000000000001", Controller: ptr(true)}}
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "JOB_COMPLETION_INDEX", Value: strconv.Itoa(index)}}
+	}
+	return p
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// storeJob creates the job's pods in the API server, bound to the virtual node, workers
+// at a time, and returns them as stored (each with the UID the API server gave it).
+func storeJob(ctx context.Context, client kubernetes.Interface, workers int, ns, prefix string, count int) ([]*corev1.Pod, error) {
+	out := make([]*corev1.Pod, count)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= count {
+					return
+				}
+				p, err := client.CoreV1().Pods(ns).Create(ctx, arrayPod(ns, fmt.Sprintf("%s-%d", prefix, i), i), metav1.CreateOptions{})
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("creating pod %s/%s-%d: %w", ns, prefix, i, err)
+					}
+					mu.Unlock()
+					return
+				}
+				p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+				out[i] = p
+			}
+		}()
+	}
+	wg.Wait()
+	return out, firstErr
+}
+
+func decideInput(p *corev1.Pod) map[string]any {
+	return map[string]any{"operation": "create", "pod": p, "node": map[string]any{"name": virtualNode}}
+}
+
+// decideUntilAllowed asks until the create is allowed (a replica's first decisions may
+// come before it has listed the OffloadTenants created just before it).
+func decideUntilAllowed(b *cluster.Bridge, p *corev1.Pod) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := b.Decide(decideInput(p))
+		if err == nil && r.Status == 200 && r.Allowed() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("not allowed: %s", r)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// ledgerCounters are the three replicas' ledger metrics, summed.
+type ledgerCounters struct {
+	writes, conflicts, writeErrors float64
+	charged, already, refused      float64
+	batchCount, batchSum           float64
+	buckets                        map[string]float64 // cumulative, by le
+	// The reconciler's status writes and their conflicts with the decisions' (the
+	// leader's).
+	reconcileWrites, reconcileConflicts float64
+}
+
+func readCounters(bridges []*cluster.Bridge) (ledgerCounters, error) {
+	c := ledgerCounters{buckets: map[string]float64{}}
+	for _, b := range bridges {
+		s, err := b.Metrics()
+		if err != nil {
+			return c, err
+		}
+		c.writes += s.Sum("sar_bridge_ledger_writes_total", map[string]string{"result": "success"})
+		c.conflicts += s.Sum("sar_bridge_ledger_writes_total", map[string]string{"result": "conflict"})
+		c.writeErrors += s.Sum("sar_bridge_ledger_writes_total", map[string]string{"result": "error"})
+		c.charged += s.Sum("sar_bridge_ledger_charges_total", map[string]string{"result": "charged"})
+		c.already += s.Sum("sar_bridge_ledger_charges_total", map[string]string{"result": "already"})
+		c.refused += s.Sum("sar_bridge_ledger_charges_total", map[string]string{"result": "refused"})
+		c.batchCount += s.Sum("sar_bridge_ledger_batch_size_count", nil)
+		c.batchSum += s.Sum("sar_bridge_ledger_batch_size_sum", nil)
+		c.reconcileWrites += s.Sum("sar_bridge_ledger_reconciles_total", map[string]string{"result": "written"})
+		c.reconcileConflicts += s.Sum("sar_bridge_ledger_reconcile_conflicts_total", nil)
+		for _, x := range s {
+			if x.Name == "sar_bridge_ledger_batch_size_bucket" {
+				c.buckets[x.Labels["le"]] += x.Value
+			}
+		}
+	}
+	return c, nil
+}
+
+func (c ledgerCounters) minus(o ledgerCounters) ledgerCounters {
+	d := ledgerCounters{
+		writes: c.writes - o.writes, conflicts: c.conflicts - o.conflicts, writeErrors: c.writeErrors - o.writeErrors,
+		charged: c.charged - o.charged, already: c.already - o.already, refused: c.refused - o.refused,
+		batchCount: c.batchCount - o.batchCount, batchSum: c.batchSum - o.batchSum, buckets: map[string]float64{},
+		reconcileWrites: c.reconcileWrites - o.reconcileWrites, reconcileConflicts: c.reconcileConflicts - o.reconcileConflicts,
+	}
+	for le, v := range c.buckets {
+		d.buckets[le] = v - o.buckets[le]
+	}
+	return d
+}
+
+// statusWrites is how many writes of OffloadTenant status the API server has served
+// (the decisions' and the reconciler's).
+func statusWrites(cl *cluster.Cluster) (float64, error) {
+	body, err := cl.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		return 0, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	s, err := cluster.ParseMetrics(string(body))
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for _, verb := range []string{"PUT", "PATCH"} {
+		n += s.Sum("apiserver_request_total", map[string]string{"resource": "offloadtenants", "subresource": "status", "verb": verb, "code": "200"})
+	}
+	return n, nil
+}
+
+type phaseResult struct {
+	name                         string
+	round                        int
+	decisions, admitted, refused int
+	errors                       int
+	firstError                   string
+	elapsed                      time.Duration
+	p50, p90, p99, max           time.Duration
+	counters                     ledgerCounters
+	writes, conflicts            float64
+	apiWritesIncludingReconciler float64
+	writesPerAdmitted, meanBatch float64
+	histogram                    string
+	reconcileWrites              float64
+	reconcileConflicts           float64
+}
+
+// decideJob decides every pod, workers at a time, pod i through replica i mod n.
+func decideJob(cl *cluster.Cluster, bridges []*cluster.Bridge, pods []*corev1.Pod, workers int) (phaseResult, error) {
+	var r phaseResult
+	before, err := readCounters(bridges)
+	if err != nil {
+		return r, err
+	}
+	apiBefore, err := statusWrites(cl)
+	if err != nil {
+		return r, err
+	}
+	latencies := make([]time.Duration, len(pods))
+	allowed := make([]bool, len(pods))
+	failures := make([]string, len(pods))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(pods) {
+					return
+				}
+				t0 := time.Now()
+				res, err := bridges[i%len(bridges)].Decide(decideInput(pods[i]))
+				latencies[i] = time.Since(t0)
+				switch {
+				case err != nil:
+					failures[i] = err.Error()
+				case res.Status != 200:
+					failures[i] = res.String()
+				default:
+					allowed[i] = res.Allowed()
+					if !allowed[i] {
+						failures[i] = "denied: " + res.Reason()
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r.elapsed = time.Since(start)
+	r.decisions = len(pods)
+	for i := range pods {
+		switch {
+		case allowed[i]:
+			r.admitted++
+		case strings.HasPrefix(failures[i], "denied: "):
+			r.refused++
+		default:
+			r.errors++
+		}
+		if failures[i] != "" && r.firstError == "" {
+			r.firstError = failures[i]
+		}
+	}
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	q := func(f float64) time.Duration { return latencies[int(math.Ceil(f*float64(len(latencies))))-1] }
+	r.p50, r.p90, r.p99, r.max = q(0.50), q(0.90), q(0.99), latencies[len(latencies)-1]
+	// The counters are read once the last write's metrics are in (a write's metrics
+	// are counted as its waiters are answered).
+	time.Sleep(200 * time.Millisecond)
+	after, err := readCounters(bridges)
+	if err != nil {
+		return r, err
+	}
+	apiAfter, err := statusWrites(cl)
+	if err != nil {
+		return r, err
+	}
+	r.counters = after.minus(before)
+	r.writes, r.conflicts, r.apiWritesIncludingReconciler = r.counters.writes, r.counters.conflicts, apiAfter-apiBefore
+	if r.admitted > 0 {
+		r.writesPerAdmitted = r.writes / float64(r.admitted)
+	}
+	if r.counters.batchCount > 0 {
+		r.meanBatch = r.counters.batchSum / r.counters.batchCount
+	}
+	r.histogram = histogram(r.counters.buckets)
+	r.reconcileWrites, r.reconcileConflicts = r.counters.reconcileWrites, r.counters.reconcileConflicts
+	if r.errors > 0 || r.refused > 0 {
+		logf("%d of %d creates not allowed (%d refused, %d errors), first: %s", r.errors+r.refused, r.decisions, r.refused, r.errors, r.firstError)
+	}
+	return r, nil
+}
+
+// histogram turns cumulative buckets into "≤1: n, 2: n, 3–4: n, …" of the batches.
+func histogram(buckets map[string]float64) string {
+	type b struct {
+		le float64
+		n  float64
+	}
+	var bs []b
+	for le, n := range buckets {
+		v, err := strconv.ParseFloat(le, 64)
+		if err != nil {
+			v = math.Inf(1)
+		}
+		bs = append(bs, b{v, n})
+	}
+	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
+	var parts []string
+	prev, prevLe := 0.0, 0.0
+	for _, x := range bs {
+		if n := x.n - prev; n > 0 {
+			lo := prevLe + 1
+			switch {
+			case math.IsInf(x.le, 1):
+				parts = append(parts, fmt.Sprintf(">%g: %g", prevLe, n))
+			case lo >= x.le:
+				parts = append(parts, fmt.Sprintf("%g: %g", x.le, n))
+			default:
+				parts = append(parts, fmt.Sprintf("%g–%g: %g", lo, x.le, n))
+			}
+		}
+		prev, prevLe = x.n, x.le
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// tenantStatus is the charged tenant's status: its size as stored (JSON), used pods
+// and pending charges.
+func tenantStatus(ctx context.Context, cl *cluster.Cluster) (size int, used string, pending int, err error) {
+	u, err := cl.Dynamic.Resource(tenantGVR).Get(ctx, quotaNS, metav1.GetOptions{})
+	if err != nil {
+		return 0, "", 0, err
+	}
+	status, _, _ := unstructured.NestedMap(u.Object, "status")
+	b, err := json.Marshal(status)
+	if err != nil {
+		return 0, "", 0, err
+	}
+	used, _, _ = unstructured.NestedString(u.Object, "status", "used", "pods")
+	list, _, _ := unstructured.NestedSlice(u.Object, "status", "pending")
+	return len(b), used, len(list), nil
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func report(c config, results []phaseResult, statusBytes int, used string, pending int) {
+	fmt.Println()
+	fmt.Printf("make bench-ledger: an array job of %d pods (stored, bound to %s) decided through the Data API by %d replicas, %d in flight, round-robin; hard.pods 100000 for the charged tenant\n\n",
+		c.pods, virtualNode, c.replicas, c.workers)
+	fmt.Println("| round | tenant | allowed | 503 | decisions/s | p50 | p90 | p99 | max | ledger writes (success) | writes per admitted pod | conflicts | charges per write (mean) | reconciler writes (conflicts) | status writes the API server served |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range results {
+		perPod, mean := "-", "-"
+		if r.writes > 0 {
+			perPod, mean = fmt.Sprintf("%.3f", r.writesPerAdmitted), fmt.Sprintf("%.1f", r.meanBatch)
+		}
+		fmt.Printf("| %d | %s | %d / %d | %d | %.0f | %s | %s | %s | %s | %v | %s | %v | %s | %v (%v) | %v |\n", r.round, r.name, r.admitted, r.decisions, r.errors,
+			float64(r.decisions)/r.elapsed.Seconds(), ms(r.p50), ms(r.p90), ms(r.p99), ms(r.max), r.writes, perPod, r.conflicts, mean,
+			r.reconcileWrites, r.reconcileConflicts, r.apiWritesIncludingReconciler)
+	}
+	fmt.Println()
+	for _, r := range results {
+		if r.writes > 0 {
+			fmt.Printf("round %d, %s: charges per write (batches): %s; charges: %v charged, %v already, %v refused; write errors %v\n",
+				r.round, r.name, r.histogram, r.counters.charged, r.counters.already, r.counters.refused, r.counters.writeErrors)
+		}
+	}
+	for i := 0; i+1 < len(results); i += 2 {
+		without, with := results[i], results[i+1]
+		fmt.Printf("round %d: charging costs p50 %+.1f ms (×%.2f), p99 %+.1f ms (×%.2f)\n", with.round,
+			float64(with.p50-without.p50)/1e6, float64(with.p50)/float64(without.p50), float64(with.p99-without.p99)/1e6, float64(with.p99)/float64(without.p99))
+	}
+	fmt.Printf("the charged tenant's status at the end: used pods %s, %d charges still pending (the reconciler moves each onto its pod once it sees it), %d bytes of JSON\n", used, pending, statusBytes)
+}
