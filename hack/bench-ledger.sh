@@ -23,23 +23,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-bridge=${BRIDGE:-$root/bin/sar-bridge}
-log() { printf 'bench-ledger: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
+. hack/lib/bench.sh
+bench_init bench-ledger
 
-[ -x "$bridge" ] || die "$bridge is missing: make build"
-controlplane_bin=$(hack/controlplane.sh)
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sar-bridge-bench-ledger.XXXXXX")
-cleanup() {
-  if [ "${BENCH_KEEP:-}" = 1 ]; then log "kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
-
-log "building the helper (test/cmd/bench-ledger)"
-(cd test && go build -o "$tmp/bench-ledger" ./cmd/bench-ledger)
-
-args=(--bin-dir "$controlplane_bin" --dir "$tmp/run" --keep
-  --bridge "$bridge" --pods "${PODS:-1000}" --workers "${WORKERS:-32}" --replicas "${REPLICAS:-3}" --rounds "${ROUNDS:-1}")
+args=(--bridge "$bridge" --pods "${PODS:-1000}" --workers "${WORKERS:-32}" --replicas "${REPLICAS:-3}" --rounds "${ROUNDS:-1}")
 for a in ${BRIDGE_ARGS:-}; do args+=(--bridge-arg "$a"); done
-SAR_BRIDGE_ROOT=$root "$tmp/bench-ledger" "${args[@]}"
+bench_run "${args[@]}"

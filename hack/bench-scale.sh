@@ -30,24 +30,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-bridge=${BRIDGE:-$root/bin/sar-bridge}
-log() { printf 'bench-scale: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
+. hack/lib/bench.sh
+bench_init bench-scale
 
-[ -x "$bridge" ] || die "$bridge is missing: make build"
-controlplane_bin=$(hack/controlplane.sh)
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sar-bridge-bench-scale.XXXXXX")
-cleanup() {
-  if [ "${BENCH_KEEP:-}" = 1 ]; then log "kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
-
-log "building the helper (test/cmd/bench-scale)"
-(cd test && go build -o "$tmp/bench-scale" ./cmd/bench-scale)
-
-args=(--bin-dir "$controlplane_bin" --dir "$tmp/run" --keep
-  --ordinary "${ORDINARY:-20000}" --virtual "${VIRTUAL:-200}" --virtual-more "${VIRTUAL_MORE:-1800}"
+args=(--ordinary "${ORDINARY:-20000}" --virtual "${VIRTUAL:-200}" --virtual-more "${VIRTUAL_MORE:-1800}"
   --workers "${WORKERS:-32}" --settle "${SETTLE:-8s}" --bridge "sar-bridge=$bridge,--web.enable-pprof")
 [ "${STREAMING_OFF:-}" = 1 ] && args+=(--bridge "no-streaming=$bridge,--web.enable-pprof,KUBE_FEATURE_WatchListClient=false")
 [ -n "${BASELINE:-}" ] && args+=(--bridge "baseline=$BASELINE")
@@ -55,4 +41,4 @@ if [ -n "${PROFILES:-}" ]; then
   mkdir -p "$PROFILES"
   args+=(--profiles "$PROFILES")
 fi
-SAR_BRIDGE_ROOT=$root "$tmp/bench-scale" "${args[@]}"
+bench_run "${args[@]}"

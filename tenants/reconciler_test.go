@@ -641,7 +641,7 @@ func TestReconcilerLeaderElection(t *testing.T) {
 		r, err := NewReconciler(ReconcilerOptions{
 			Client: c, Pods: rep.pods.next, Directory: fakeDir{"team-a": nil}, TenantOf: tenantOf,
 			LeaseClient: leases, LeaseNamespace: "sar-bridge", Identity: name,
-			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond,
+			LeaseDuration: 10 * time.Second, RenewDeadline: 5 * time.Second, RetryPeriod: 100 * time.Millisecond,
 			Interval: time.Hour, Debounce: 10 * time.Millisecond, Registerer: prometheus.NewRegistry(),
 		})
 		if err != nil {
@@ -700,7 +700,7 @@ func TestReconcilerLeaderElection(t *testing.T) {
 		t.Error("the old leader's pod source still runs")
 	}
 	waitFor(t, "the other reconciler to take over", other.r.Leading)
-	if took := time.Since(began); took >= time.Second {
+	if took := time.Since(began); took >= 5*time.Second { // expiry: 10s
 		t.Errorf("took over in %v: the lease was not released, it expired", took)
 	} else {
 		t.Logf("took over in %v", took)

@@ -34,6 +34,12 @@ type Options struct {
 	WorkDir string
 	// StartTimeout bounds each component's start (default 90s: slow on 2 cores).
 	StartTimeout time.Duration
+	// StopTimeout bounds each component's stop (default 30s).
+	StopTimeout time.Duration
+	// DisableAdmissionPlugins are kube-apiserver admission plugins turned off (the
+	// benchmarks turn off the defaults so that tens of thousands of pods are created
+	// quickly).
+	DisableAdmissionPlugins []string
 	// Output receives etcd's and kube-apiserver's output; when nil it goes to
 	// WorkDir/controlplane.log.
 	Output io.Writer
@@ -80,26 +86,35 @@ func Start(opts Options) (*Cluster, error) {
 		}
 		c.logFile, out = f, f
 	}
-	timeout := opts.StartTimeout
+	timeout, stopTimeout := opts.StartTimeout, opts.StopTimeout
 	if timeout == 0 {
 		timeout = 90 * time.Second
+	}
+	if stopTimeout == 0 {
+		stopTimeout = 30 * time.Second
 	}
 
 	env := &envtest.Environment{
 		BinaryAssetsDirectory:    opts.BinDir,
 		ControlPlaneStartTimeout: timeout,
-		ControlPlaneStopTimeout:  30 * time.Second,
+		ControlPlaneStopTimeout:  stopTimeout,
 	}
 	api := env.ControlPlane.GetAPIServer()
 	// A fixed certificate directory survives APIServer.Stop, so a restarted API server
 	// keeps its serving CA and its ServiceAccount signing key.
 	api.CertDir = certDir
 	api.Out, api.Err = out, out
+	if len(opts.DisableAdmissionPlugins) > 0 {
+		api.Configure().Set("disable-admission-plugins", strings.Join(opts.DisableAdmissionPlugins, ","))
+	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Out: out, Err: out}
 	c.Env = env
 
 	cfg, err := env.Start()
 	if err != nil {
+		// What did start (envtest leaves the control plane running when the default
+		// namespace is late), so that a caller can try again.
+		_ = env.Stop()
 		c.cleanup()
 		return nil, fmt.Errorf("starting the control plane (binaries in %s; log %s): %w", opts.BinDir, c.LogPath, err)
 	}

@@ -29,42 +29,32 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
 
 const (
-	quotaNS      = "job-quota" // tenant with hard.pods: every allow is charged
-	freeNS       = "job-free"  // tenant without hard amounts: nothing is charged
-	virtualNode  = "vk-1"
-	virtualLabel = "virtual-node.interlink/type"
-	jobName      = "array"
+	quotaNS     = "job-quota" // tenant with hard.pods: every allow is charged
+	freeNS      = "job-free"  // tenant without hard amounts: nothing is charged
+	virtualNode = "vk-1"
+	jobName     = "array"
 )
 
-var tenantGVR = schema.GroupVersionResource{Group: "sar-bridge.io", Version: "v1alpha1", Resource: "offloadtenants"}
-
 type config struct {
+	bench    cluster.BenchOptions // --bin-dir, --dir, --keep
 	bridge   string
-	binDir   string
-	dir      string
 	pods     int
 	workers  int
 	replicas int
 	rounds   int
-	keep     bool
 	args     stringList
 }
 
@@ -74,64 +64,35 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func main() {
-	var c config
+	c := config{bench: cluster.BenchOptions{Name: "bench-ledger", ControlPlane: cluster.Options{StartTimeout: 5 * time.Minute}}}
+	c.bench.Flags(flag.CommandLine)
 	flag.StringVar(&c.bridge, "bridge", "", "the sar-bridge binary")
-	flag.StringVar(&c.binDir, "bin-dir", os.Getenv(cluster.EnvControlPlaneBin), "directory with kube-apiserver and etcd")
-	flag.StringVar(&c.dir, "dir", "", "working directory (logs, kubeconfigs); default a temporary one")
 	flag.IntVar(&c.pods, "pods", 1000, "pods of the array job")
 	flag.IntVar(&c.workers, "workers", 32, "decisions in flight at once")
 	flag.IntVar(&c.replicas, "replicas", 3, "bridge replicas sharing the ledger")
 	flag.IntVar(&c.rounds, "rounds", 1, "times the pair (without, with charging) is run, each with a job of its own")
-	flag.BoolVar(&c.keep, "keep", false, "keep the working directory")
 	flag.Var(&c.args, "bridge-arg", "an extra flag for every replica (repeatable)")
 	flag.Parse()
 	if err := run(c); err != nil {
-		fmt.Fprintf(os.Stderr, "bench-ledger: %v\n", err)
+		logf("%v", err)
 		os.Exit(1)
 	}
 }
 
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "bench-ledger: "+format+"\n", args...)
-}
+var logf = cluster.BenchLogf("bench-ledger")
 
 func run(c config) error {
-	if c.bridge == "" || c.binDir == "" {
+	if c.bridge == "" || c.bench.ControlPlane.BinDir == "" {
 		return errors.New("--bridge and --bin-dir are required")
 	}
-	if c.dir == "" {
-		d, err := os.MkdirTemp("", "sar-bridge-bench-ledger-")
-		if err != nil {
-			return err
-		}
-		c.dir = d
-		if !c.keep {
-			defer os.RemoveAll(d)
-		}
-	}
 	ctx := context.Background()
-	repo, err := cluster.RepoRoot()
+	bench, err := cluster.StartBench(ctx, c.bench)
 	if err != nil {
 		return err
 	}
-	logf("starting etcd and kube-apiserver (logs in %s)", c.dir)
-	cl, err := cluster.Start(cluster.Options{BinDir: c.binDir, WorkDir: filepath.Join(c.dir, "cluster"), StartTimeout: 5 * time.Minute})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cl.Stop() }()
-	if _, err := cl.ApplyDir(ctx, filepath.Join(repo, "manifests", "base"), cluster.SkipKinds("Deployment", "Service")); err != nil {
-		return err
-	}
-	client, err := fastClient(cl.Admin)
-	if err != nil {
-		return err
-	}
+	defer bench.Stop()
+	cl, client := bench.Cluster, bench.Client
 	if err := setUp(ctx, cl, client); err != nil {
-		return err
-	}
-	kubeconfig := filepath.Join(c.dir, "sar-bridge.kubeconfig")
-	if _, err := cl.WriteServiceAccountKubeconfig(ctx, kubeconfig, "sar-bridge", "sar-bridge", 24*time.Hour); err != nil {
 		return err
 	}
 
@@ -145,8 +106,8 @@ func run(c config) error {
 		// Room for every round's pending charges: nothing confirms a pod here faster
 		// than the job is decided.
 		args := append([]string{"--log.level=warn", fmt.Sprintf("--quota.max-pending=%d", (c.rounds+1)*c.pods+100)}, c.args...)
-		b, err := cluster.StartBridge(cluster.BridgeOptions{Binary: c.bridge, Kubeconfig: kubeconfig, Args: args, ReadyTimeout: 2 * time.Minute,
-			LogPath: filepath.Join(c.dir, fmt.Sprintf("replica-%d.log", i))})
+		b, err := cluster.StartBridge(cluster.BridgeOptions{Binary: c.bridge, Kubeconfig: bench.Kubeconfig, Args: args, ReadyTimeout: 2 * time.Minute,
+			LogPath: filepath.Join(bench.Dir, fmt.Sprintf("replica-%d.log", i))})
 		if b != nil {
 			bridges = append(bridges, b)
 		}
@@ -193,47 +154,21 @@ func run(c config) error {
 	return nil
 }
 
-// fastClient is an admin client without client-side rate limit.
-func fastClient(cfg *rest.Config) (kubernetes.Interface, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = -1, 0
-	return kubernetes.NewForConfig(cfg)
-}
-
 // setUp creates the two tenants (namespaces, ServiceAccounts, OffloadTenants), the
 // virtual node, and the RBAC that lets their runners offload.
 func setUp(ctx context.Context, cl *cluster.Cluster, client kubernetes.Interface) error {
-	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: virtualNode, Labels: map[string]string{virtualLabel: "virtual-kubelet"}},
-		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "virtual-node.interlink/no-schedule", Value: "true", Effect: corev1.TaintEffectNoSchedule}}}}, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateVirtualNode(ctx, client, virtualNode); err != nil {
 		return err
 	}
-	if _, err := client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-offloader"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"interlink.io"}, Resources: []string{"pods"}, Verbs: []string{"create"}}},
-	}, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateRunnerNamespaces(ctx, client, []string{freeNS, quotaNS}, nil); err != nil {
 		return err
 	}
 	for _, ns := range []string{freeNS, quotaNS} {
-		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner"}}, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		if _, err := client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "offload"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "bench-offloader"},
-			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner", Namespace: ns}},
-		}, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		spec := map[string]any{"group": "interlink.io"}
+		var hard map[string]any
 		if ns == quotaNS {
-			spec["hard"] = map[string]any{"pods": "100000"}
+			hard = map[string]any{"pods": "100000"}
 		}
-		tenant := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "sar-bridge.io/v1alpha1", "kind": "OffloadTenant",
-			"metadata": map[string]any{"name": ns}, "spec": spec}}
-		if _, err := cl.Dynamic.Resource(tenantGVR).Create(ctx, tenant, metav1.CreateOptions{}); err != nil {
+		if _, err := cl.Dynamic.Resource(cluster.OffloadTenantGVR).Create(ctx, cluster.NewOffloadTenant(ns, "interlink.io", hard), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("OffloadTenant %s: %w", ns, err)
 		}
 	}
@@ -255,7 +190,7 @@ func arrayPod(ns, name string, index int) *corev1.Pod {
 					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")},
 				},
 			}},
-			Tolerations: []corev1.Toleration{{Key: "virtual-node.interlink/no-schedule", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Tolerations: []corev1.Toleration{{Key: cluster.VirtualNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 		},
 	}
 	if index >= 0 {
@@ -273,35 +208,9 @@ func ptr[T any](v T) *T { return &v }
 // at a time, and returns them as stored (each with the UID the API server gave it).
 func storeJob(ctx context.Context, client kubernetes.Interface, workers int, ns, prefix string, count int) ([]*corev1.Pod, error) {
 	out := make([]*corev1.Pod, count)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= count {
-					return
-				}
-				p, err := client.CoreV1().Pods(ns).Create(ctx, arrayPod(ns, fmt.Sprintf("%s-%d", prefix, i), i), metav1.CreateOptions{})
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("creating pod %s/%s-%d: %w", ns, prefix, i, err)
-					}
-					mu.Unlock()
-					return
-				}
-				p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
-				out[i] = p
-			}
-		}()
-	}
-	wg.Wait()
-	return out, firstErr
+	err := cluster.CreatePods(ctx, client, workers, 0, count, func(i int) *corev1.Pod { return arrayPod(ns, fmt.Sprintf("%s-%d", prefix, i), i) },
+		func(i int, p *corev1.Pod) { out[i] = p })
+	return out, err
 }
 
 func decideInput(p *corev1.Pod) map[string]any {
@@ -336,9 +245,13 @@ type ledgerCounters struct {
 	// The reconciler's status writes and their conflicts with the decisions' (the
 	// leader's).
 	reconcileWrites, reconcileConflicts float64
+	// apiStatusWrites are the writes of OffloadTenant status the API server served (the
+	// decisions' and the reconciler's).
+	apiStatusWrites float64
 }
 
-func readCounters(bridges []*cluster.Bridge) (ledgerCounters, error) {
+// readCounters reads the replicas' ledger metrics and the API server's status writes.
+func readCounters(cl *cluster.Cluster, bridges []*cluster.Bridge) (ledgerCounters, error) {
 	c := ledgerCounters{buckets: map[string]float64{}}
 	for _, b := range bridges {
 		s, err := b.Metrics()
@@ -361,6 +274,13 @@ func readCounters(bridges []*cluster.Bridge) (ledgerCounters, error) {
 			}
 		}
 	}
+	api, err := cl.APIServerMetrics(context.Background())
+	if err != nil {
+		return c, err
+	}
+	for _, verb := range []string{"PUT", "PATCH"} {
+		c.apiStatusWrites += api.Sum("apiserver_request_total", map[string]string{"resource": "offloadtenants", "subresource": "status", "verb": verb, "code": "200"})
+	}
 	return c, nil
 }
 
@@ -370,29 +290,12 @@ func (c ledgerCounters) minus(o ledgerCounters) ledgerCounters {
 		charged: c.charged - o.charged, already: c.already - o.already, refused: c.refused - o.refused,
 		batchCount: c.batchCount - o.batchCount, batchSum: c.batchSum - o.batchSum, buckets: map[string]float64{},
 		reconcileWrites: c.reconcileWrites - o.reconcileWrites, reconcileConflicts: c.reconcileConflicts - o.reconcileConflicts,
+		apiStatusWrites: c.apiStatusWrites - o.apiStatusWrites,
 	}
 	for le, v := range c.buckets {
 		d.buckets[le] = v - o.buckets[le]
 	}
 	return d
-}
-
-// statusWrites is how many writes of OffloadTenant status the API server has served
-// (the decisions' and the reconciler's).
-func statusWrites(cl *cluster.Cluster) (float64, error) {
-	body, err := cl.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		return 0, fmt.Errorf("reading the API server's metrics: %w", err)
-	}
-	s, err := cluster.ParseMetrics(string(body))
-	if err != nil {
-		return 0, err
-	}
-	var n float64
-	for _, verb := range []string{"PUT", "PATCH"} {
-		n += s.Sum("apiserver_request_total", map[string]string{"resource": "offloadtenants", "subresource": "status", "verb": verb, "code": "200"})
-	}
-	return n, nil
 }
 
 type phaseResult struct {
@@ -415,47 +318,31 @@ type phaseResult struct {
 // decideJob decides every pod, workers at a time, pod i through replica i mod n.
 func decideJob(cl *cluster.Cluster, bridges []*cluster.Bridge, pods []*corev1.Pod, workers int) (phaseResult, error) {
 	var r phaseResult
-	before, err := readCounters(bridges)
-	if err != nil {
-		return r, err
-	}
-	apiBefore, err := statusWrites(cl)
+	before, err := readCounters(cl, bridges)
 	if err != nil {
 		return r, err
 	}
 	latencies := make([]time.Duration, len(pods))
 	allowed := make([]bool, len(pods))
 	failures := make([]string, len(pods))
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	start := time.Now()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(pods) {
-					return
-				}
-				t0 := time.Now()
-				res, err := bridges[i%len(bridges)].Decide(decideInput(pods[i]))
-				latencies[i] = time.Since(t0)
-				switch {
-				case err != nil:
-					failures[i] = err.Error()
-				case res.Status != 200:
-					failures[i] = res.String()
-				default:
-					allowed[i] = res.Allowed()
-					if !allowed[i] {
-						failures[i] = "denied: " + res.Reason()
-					}
-				}
+	_ = cluster.Parallel(workers, 0, len(pods), func(i int) error {
+		t0 := time.Now()
+		res, err := bridges[i%len(bridges)].Decide(decideInput(pods[i]))
+		latencies[i] = time.Since(t0)
+		switch {
+		case err != nil:
+			failures[i] = err.Error()
+		case res.Status != 200:
+			failures[i] = res.String()
+		default:
+			allowed[i] = res.Allowed()
+			if !allowed[i] {
+				failures[i] = "denied: " + res.Reason()
 			}
-		}()
-	}
-	wg.Wait()
+		}
+		return nil // each failure is counted
+	})
 	r.elapsed = time.Since(start)
 	r.decisions = len(pods)
 	for i := range pods {
@@ -477,16 +364,12 @@ func decideJob(cl *cluster.Cluster, bridges []*cluster.Bridge, pods []*corev1.Po
 	// The counters are read once the last write's metrics are in (a write's metrics
 	// are counted as its waiters are answered).
 	time.Sleep(200 * time.Millisecond)
-	after, err := readCounters(bridges)
-	if err != nil {
-		return r, err
-	}
-	apiAfter, err := statusWrites(cl)
+	after, err := readCounters(cl, bridges)
 	if err != nil {
 		return r, err
 	}
 	r.counters = after.minus(before)
-	r.writes, r.conflicts, r.apiWritesIncludingReconciler = r.counters.writes, r.counters.conflicts, apiAfter-apiBefore
+	r.writes, r.conflicts, r.apiWritesIncludingReconciler = r.counters.writes, r.counters.conflicts, r.counters.apiStatusWrites
 	if r.admitted > 0 {
 		r.writesPerAdmitted = r.writes / float64(r.admitted)
 	}
@@ -541,7 +424,7 @@ func histogram(buckets map[string]float64) string {
 // tenantStatus is the charged tenant's status: its size as stored (JSON), used pods
 // and pending charges.
 func tenantStatus(ctx context.Context, cl *cluster.Cluster) (size int, used string, pending int, err error) {
-	u, err := cl.Dynamic.Resource(tenantGVR).Get(ctx, quotaNS, metav1.GetOptions{})
+	u, err := cl.Dynamic.Resource(cluster.OffloadTenantGVR).Get(ctx, quotaNS, metav1.GetOptions{})
 	if err != nil {
 		return 0, "", 0, err
 	}

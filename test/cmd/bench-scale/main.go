@@ -35,34 +35,23 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
 
 const (
-	virtualNS    = "offload" // its own tenant, mapped to interlink.io, with a quota
-	ordinaryNS   = "workers"
-	virtualNode  = "vk-1"
-	virtualLabel = "virtual-node.interlink/type"
-	extraLabel   = "bench-scale/extra" // the virtual pods added for the cost per pod
+	virtualNS   = "offload" // its own tenant, mapped to interlink.io, with a quota
+	ordinaryNS  = "workers"
+	virtualNode = "vk-1"
+	extraLabel  = "bench-scale/extra" // the virtual pods added for the cost per pod
 	// ordinaryPerNode spreads the ordinary pods over nodes as a cluster would.
 	ordinaryPerNode = 100
 )
@@ -115,40 +104,36 @@ func (b *binaries) Set(v string) error {
 }
 
 type config struct {
+	bench       cluster.BenchOptions // --bin-dir, --dir, --keep
 	bridges     binaries
-	binDir      string
-	dir         string
 	ordinary    int
 	virtual     int
 	virtualMore int
 	workers     int
 	settle      time.Duration
-	keep        bool
 	profiles    string
 }
 
 func main() {
-	var c config
+	// No admission plugin (see admissionPlugins), and a failed start tried again, twice.
+	c := config{bench: cluster.BenchOptions{Name: "bench-scale", Attempts: 3,
+		ControlPlane: cluster.Options{StartTimeout: 5 * time.Minute, StopTimeout: time.Minute, DisableAdmissionPlugins: admissionPlugins}}}
+	c.bench.Flags(flag.CommandLine)
 	flag.Var(&c.bridges, "bridge", "a sar-bridge binary to measure: PATH, NAME=PATH, or NAME=PATH,ENV=VALUE|--flag,... (repeatable). Its /debug/pprof/heap must answer, for the live heap: pass --web.enable-pprof to a bridge that serves pprof only on request.")
-	flag.StringVar(&c.binDir, "bin-dir", os.Getenv(cluster.EnvControlPlaneBin), "directory with kube-apiserver and etcd")
-	flag.StringVar(&c.dir, "dir", "", "working directory (logs, kubeconfigs); default a temporary one")
 	flag.IntVar(&c.ordinary, "ordinary", 20000, "N: pods bound to ordinary nodes in the last phase")
 	flag.IntVar(&c.virtual, "virtual", 200, "M: pods bound to the virtual node")
 	flag.IntVar(&c.virtualMore, "virtual-more", 1800, "virtual pods added for the cost per virtual pod")
 	flag.IntVar(&c.workers, "workers", 32, "concurrent creates")
 	flag.DurationVar(&c.settle, "settle", 8*time.Second, "wait after /ready before measuring")
-	flag.BoolVar(&c.keep, "keep", false, "keep the working directory")
 	flag.StringVar(&c.profiles, "profiles", "", "directory to write each bridge's heap profile to (<phase>-<bridge>.pprof), taken after the collection")
 	flag.Parse()
 	if err := run(c); err != nil {
-		fmt.Fprintf(os.Stderr, "bench-scale: %v\n", err)
+		logf("%v", err)
 		os.Exit(1)
 	}
 }
 
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "bench-scale: "+format+"\n", args...)
-}
+var logf = cluster.BenchLogf("bench-scale")
 
 // measurement is one bridge's figures in one phase.
 type measurement struct {
@@ -163,48 +148,23 @@ type measurement struct {
 }
 
 func run(c config) error {
-	if len(c.bridges) == 0 || c.binDir == "" {
+	if len(c.bridges) == 0 || c.bench.ControlPlane.BinDir == "" {
 		return errors.New("--bridge and --bin-dir are required")
 	}
-	if c.dir == "" {
-		d, err := os.MkdirTemp("", "sar-bridge-bench-scale-")
-		if err != nil {
-			return err
-		}
-		c.dir = d
-		if !c.keep {
-			defer os.RemoveAll(d)
-		}
-	}
 	ctx := context.Background()
-	repo, err := cluster.RepoRoot()
+	bench, err := cluster.StartBench(ctx, c.bench)
 	if err != nil {
 		return err
 	}
-	logf("starting etcd and kube-apiserver (logs in %s)", c.dir)
-	cl, err := startControlPlane(c)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cl.Stop() }()
-	if _, err := cl.ApplyDir(ctx, filepath.Join(repo, "manifests", "base"), cluster.SkipKinds("Deployment", "Service")); err != nil {
-		return err
-	}
-	kubeconfig := filepath.Join(c.dir, "sar-bridge.kubeconfig")
-	if _, err := cl.WriteServiceAccountKubeconfig(ctx, kubeconfig, "sar-bridge", "sar-bridge", 24*time.Hour); err != nil {
-		return err
-	}
-	client, err := fastClient(cl.Admin)
-	if err != nil {
-		return err
-	}
+	defer bench.Stop()
+	cl, client := bench.Cluster, bench.Client
 	if err := setUp(ctx, client, c); err != nil {
 		return err
 	}
 
 	var results []measurement
 	measureAll := func(phase string, ordinary, virtual int) error {
-		data, err := writeData(c.dir, virtual)
+		data, err := writeData(bench.Dir, virtual)
 		if err != nil {
 			return err
 		}
@@ -212,7 +172,7 @@ func run(c config) error {
 			return err
 		}
 		for _, b := range c.bridges {
-			m, err := measure(c, cl, b, kubeconfig, data, virtual, phase)
+			m, err := measure(c, bench, b, data, virtual, phase)
 			if err != nil {
 				return fmt.Errorf("%s, %s: %w", phase, b.name, err)
 			}
@@ -256,97 +216,23 @@ func run(c config) error {
 	return nil
 }
 
-// startControlPlane starts envtest's etcd and kube-apiserver with no admission plugin.
-// envtest gives the default namespace 5 s to appear, which a loaded machine can miss:
-// a failed start is tried again, twice.
-func startControlPlane(c config) (*cluster.Cluster, error) {
-	var err error
-	for attempt := 1; attempt <= 3; attempt++ {
-		var cl *cluster.Cluster
-		if cl, err = startControlPlaneOnce(c, attempt); err == nil {
-			return cl, nil
-		}
-		logf("control plane start %d failed: %v", attempt, err)
-	}
-	return nil, err
-}
-
-func startControlPlaneOnce(c config, attempt int) (*cluster.Cluster, error) {
-	certDir := filepath.Join(c.dir, fmt.Sprintf("apiserver-%d", attempt))
-	if err := os.MkdirAll(certDir, 0o755); err != nil {
-		return nil, err
-	}
-	out, err := os.Create(filepath.Join(c.dir, fmt.Sprintf("controlplane-%d.log", attempt)))
-	if err != nil {
-		return nil, err
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: c.binDir, ControlPlaneStartTimeout: 5 * time.Minute, ControlPlaneStopTimeout: time.Minute}
-	api := env.ControlPlane.GetAPIServer()
-	api.CertDir, api.Out, api.Err = certDir, out, out
-	api.Configure().Set("disable-admission-plugins", strings.Join(admissionPlugins, ","))
-	env.ControlPlane.Etcd = &envtest.Etcd{Out: out, Err: out}
-	cfg, err := env.Start()
-	if err != nil {
-		_ = env.Stop() // what did start
-		return nil, fmt.Errorf("starting the control plane (log %s): %w", out.Name(), err)
-	}
-	cl := &cluster.Cluster{Env: env, Admin: cfg, WorkDir: c.dir, LogPath: out.Name()}
-	if cl.Client, err = kubernetes.NewForConfig(cfg); err == nil {
-		cl.Dynamic, err = dynamic.NewForConfig(cfg)
-	}
-	if err != nil {
-		_ = env.Stop()
-		return nil, err
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		_ = env.Stop()
-		return nil, err
-	}
-	cl.Mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	return cl, nil
-}
-
-// fastClient is an admin client without client-side rate limit.
-func fastClient(cfg *rest.Config) (kubernetes.Interface, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = -1, 0
-	return kubernetes.NewForConfig(cfg)
-}
-
 // setUp creates the namespaces, ServiceAccounts, nodes and the RBAC that lets the
 // virtual pods' ServiceAccount offload.
 func setUp(ctx context.Context, client kubernetes.Interface, c config) error {
-	for _, ns := range []string{virtualNS, ordinaryNS} {
-		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner"}}, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
-	nodes := []*corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: virtualNode, Labels: map[string]string{virtualLabel: "virtual-kubelet"}},
-		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "virtual-node.interlink/no-schedule", Value: "true", Effect: corev1.TaintEffectNoSchedule}}}}}
-	for i := 0; i*ordinaryPerNode < c.ordinary; i++ {
-		nodes = append(nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("worker-%d", i), Labels: map[string]string{"kubernetes.io/hostname": fmt.Sprintf("worker-%d", i)}}})
-	}
-	for _, n := range nodes {
-		if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
-	if _, err := client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-offloader"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"interlink.io"}, Resources: []string{"pods"}, Verbs: []string{"create"}}},
-	}, metav1.CreateOptions{}); err != nil {
+	if err := cluster.CreateRunnerNamespaces(ctx, client, []string{virtualNS}, []string{ordinaryNS}); err != nil {
 		return err
 	}
-	_, err := client.RbacV1().RoleBindings(virtualNS).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "offload"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "bench-offloader"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner", Namespace: virtualNS}},
-	}, metav1.CreateOptions{})
-	return err
+	if err := cluster.CreateVirtualNode(ctx, client, virtualNode); err != nil {
+		return err
+	}
+	for i := 0; i*ordinaryPerNode < c.ordinary; i++ {
+		name := fmt.Sprintf("worker-%d", i)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
+		if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // podMarks are a pod's labels and annotations.
@@ -392,34 +278,9 @@ func benchPod(ns, name, node string, marks podMarks) *corev1.Pod {
 // createPods creates count pods named prefix-<from..from+count> with workers concurrent
 // creates.
 func createPods(ctx context.Context, client kubernetes.Interface, workers int, ns, prefix string, from, count int, node func(int) string, marks podMarks) error {
-	var next atomic.Int64
-	next.Store(int64(from))
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= from+count {
-					return
-				}
-				p := benchPod(ns, fmt.Sprintf("%s-%06d", prefix, i), node(i), marks)
-				if _, err := client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("creating pod %s/%s: %w", ns, p.Name, err)
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return firstErr
+	return cluster.CreatePods(ctx, client, workers, from, count, func(i int) *corev1.Pod {
+		return benchPod(ns, fmt.Sprintf("%s-%06d", prefix, i), node(i), marks)
+	}, nil)
 }
 
 // writeData is the policy data of a binary from before OffloadTenants (quotas=data):
@@ -445,12 +306,10 @@ func quotaArgs(b binary, data string) []string {
 	return nil
 }
 
-var tenantGVR = schema.GroupVersionResource{Group: "sar-bridge.io", Version: "v1alpha1", Resource: "offloadtenants"}
-
 // setQuota creates or updates the virtual pods' OffloadTenant with hard.pods = virtual
 // (the CRD manifests/base installs may take a moment to be served).
 func setQuota(ctx context.Context, cl *cluster.Cluster, virtual int) error {
-	tenants := cl.Dynamic.Resource(tenantGVR)
+	tenants := cl.Dynamic.Resource(cluster.OffloadTenantGVR)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		cur, err := tenants.Get(ctx, virtualNS, metav1.GetOptions{})
@@ -461,10 +320,8 @@ func setQuota(ctx context.Context, cl *cluster.Cluster, virtual int) error {
 				_, err = tenants.Update(ctx, cur, metav1.UpdateOptions{})
 			}
 		case apierrors.IsNotFound(err):
-			_, err = tenants.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "sar-bridge.io/v1alpha1", "kind": "OffloadTenant", "metadata": map[string]any{"name": virtualNS},
-				"spec": map[string]any{"group": "interlink.io", "hard": map[string]any{"pods": strconv.Itoa(virtual)}},
-			}}, metav1.CreateOptions{})
+			tenant := cluster.NewOffloadTenant(virtualNS, "interlink.io", map[string]any{"pods": strconv.Itoa(virtual)})
+			_, err = tenants.Create(ctx, tenant, metav1.CreateOptions{})
 		}
 		if err == nil {
 			return nil
@@ -478,16 +335,16 @@ func setQuota(ctx context.Context, cl *cluster.Cluster, virtual int) error {
 
 // measure starts the bridge, waits for /ready, lets it settle, reads its memory, then
 // the heap right after a collection, and asks one decision of the quota tenant.
-func measure(c config, cl *cluster.Cluster, b binary, kubeconfig, data string, virtual int, phase string) (measurement, error) {
+func measure(c config, bench *cluster.Bench, b binary, data string, virtual int, phase string) (measurement, error) {
 	m := measurement{bridge: b.name, informers: -1}
-	listsBefore, streamedBefore, err := podLists(cl)
+	listsBefore, streamedBefore, err := podLists(bench.Cluster)
 	if err != nil {
 		return m, err
 	}
 	start := time.Now()
 	br, err := cluster.StartBridge(cluster.BridgeOptions{
-		Binary: b.path, Kubeconfig: kubeconfig, Env: b.env, ReadyTimeout: 5 * time.Minute,
-		LogPath: filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", b.name, time.Now().UnixNano())),
+		Binary: b.path, Kubeconfig: bench.Kubeconfig, Env: b.env, ReadyTimeout: 5 * time.Minute,
+		LogPath: filepath.Join(bench.Dir, fmt.Sprintf("%s-%d.log", b.name, time.Now().UnixNano())),
 		Args:    append(quotaArgs(b, data), b.args...),
 	})
 	if err != nil {
@@ -527,7 +384,7 @@ func measure(c config, cl *cluster.Cluster, b binary, kubeconfig, data string, v
 	}
 	m.live = samples.Sum("go_memstats_heap_inuse_bytes", nil)
 	m.usage = decideUsage(br, virtual)
-	lists, streamed, err := podLists(cl)
+	lists, streamed, err := podLists(bench.Cluster)
 	m.podLists, m.streamed = lists-listsBefore, streamed-streamedBefore
 	return m, err
 }
@@ -535,11 +392,7 @@ func measure(c config, cl *cluster.Cluster, b binary, kubeconfig, data string, v
 // podLists is how many pod LISTs, and how many streamed lists of pods (WatchList), the
 // API server has served.
 func podLists(cl *cluster.Cluster) (lists, streamed float64, err error) {
-	body, err := cl.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		return 0, 0, fmt.Errorf("reading the API server's metrics: %w", err)
-	}
-	samples, err := cluster.ParseMetrics(string(body))
+	samples, err := cl.APIServerMetrics(context.Background())
 	if err != nil {
 		return 0, 0, err
 	}
