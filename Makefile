@@ -84,9 +84,10 @@ unit: deps ## Unit tests (with the race detector), Rego tests and fuzz seed corp
 	$(GO) test -race -count=1 ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5000x FUZZTIME_LARGE=50x
 
-e2e: build deps controlplane helm ## End-to-end tests: real kube-apiserver, etcd, memcached, kubectl and the binary.
+e2e: build deps controlplane helm opa registry ## End-to-end tests: real kube-apiserver, etcd, memcached, kubectl, OPA, an OCI registry and the binary.
 	cd test && SAR_BRIDGE_BINARY=$(CURDIR)/$(BIN) SAR_BRIDGE_CONTROLPLANE_BIN=$(CACHE_DIR)/bin \
-		SAR_BRIDGE_KUBECTL=$(CACHE_DIR)/bin/kubectl $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -skip '$(CHART_TESTS)' ./...
+		SAR_BRIDGE_KUBECTL=$(CACHE_DIR)/bin/kubectl SAR_BRIDGE_OPA=$(CACHE_DIR)/bin/opa \
+		SAR_BRIDGE_REGISTRY=$(CACHE_DIR)/bin/registry $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -skip '$(CHART_TESTS)' ./...
 
 lint: generate-check ## gofmt and go vet, in both modules; the generated CRD and deepcopy code up to date.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -103,6 +104,9 @@ bench-deps: ## Install what bench-http needs (wrk), when missing.
 
 opa: ## Build the OPA server (the version go.mod pins) into $(CACHE_DIR)/bin (once).
 	@hack/opa.sh >/dev/null
+
+registry: ## Build the CNCF distribution registry (the version hack/registry.sh pins) into $(CACHE_DIR)/bin (once).
+	@hack/registry.sh >/dev/null
 
 # Not part of make test: it measures and prints, it asserts nothing about speed.
 bench-http: build bench-deps controlplane opa ## The binary, the OPA server and a bare Go floor under wrk: req/s, latency, CPU per request (ROUNDS, DURATION).

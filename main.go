@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/go-kit/log"
@@ -111,6 +112,12 @@ func run(o serveOptions, logger log.Logger) error {
 	err = serve(ctx, o, core, l, registry, logger)
 	// The reconciler's lease released, another replica takes over at once.
 	core.quotas.waitStopped(ledgerReleaseTimeout)
+	if core.opa != nil {
+		// The last decision logs and status go out before the process ends.
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		core.opa.Stop(stopCtx)
+		cancel()
+	}
 	return err
 }
 

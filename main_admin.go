@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
 	flag "github.com/spf13/pflag"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -56,6 +58,10 @@ Examples:
 
   # As a user (the kubeconfig's user must be allowed to impersonate it), on a node
   kubectl get deploy web -o yaml | sar-bridge check -f - --as alice --as-group hpc-users --node vk-1
+
+  # By the site's OPA bundles, each decision also sent to its decision log (the JSON's
+  # decision_id is the event's)
+  sar-bridge check --config-file opa-config.yaml -f job.yaml -o json
 
 Usage: sar-bridge check -f FILENAME [flags]
 
@@ -186,43 +192,61 @@ type noCache struct{}
 func (noCache) Get(context.Context, string) ([]byte, bool, error)        { return nil, false, nil }
 func (noCache) Set(context.Context, string, []byte, time.Duration) error { return nil }
 
-// newCheckAuthorizer builds the server's decision pipeline over the live cluster.
-func newCheckAuthorizer(ctx context.Context, cfg decisionOptions, client kubernetes.Interface, impersonating bool) (*authorizer.Authorizer, error) {
+// newCheckAuthorizer builds the server's decision pipeline over the live cluster; with
+// --config-file, the policy of its bundles and its decision logs, which stop() flushes.
+func newCheckAuthorizer(ctx context.Context, cfg decisionOptions, opa opaPluginOptions, client kubernetes.Interface, impersonating bool, stderr io.Writer) (_ *authorizer.Authorizer, stop func(), err error) {
 	mappings, err := loadMappings(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	evaluator, err := policies.New(ctx, policies.Options{Dir: cfg.policyDir, DataFile: cfg.policyData})
+	evaluator, err := policies.NewReloader(ctx, policies.ReloaderOptions{Options: policies.Options{Dir: cfg.policyDir, DataFile: cfg.policyData}})
 	if err != nil {
-		return nil, fmt.Errorf("loading policies: %w", err)
+		return nil, nil, fmt.Errorf("loading policies: %w", err)
 	}
+	plugins, err := opa.start(ctx, evaluator, nil, level.NewFilter(log.NewLogfmtLogger(stderr), level.AllowWarn()))
+	if err != nil {
+		return nil, nil, err
+	}
+	stop = func() {
+		if plugins != nil {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			plugins.Stop(stopCtx)
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
 	// Fail fast on an API that cannot answer, rather than waiting out the informers.
 	if err := kube.CheckReachable(ctx, client, cfg.reviewTimeout); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	view := kube.NewClusterView(client, time.Hour)
 	view.Start(ctx)
 	syncCtx, cancel := context.WithTimeout(ctx, adminSyncTimeout)
 	defer cancel()
 	if !view.WaitForSync(syncCtx) {
-		return nil, fmt.Errorf("listing namespaces and nodes: not done within %s (may the kubeconfig's user list and watch them?)", adminSyncTimeout)
+		return nil, nil, fmt.Errorf("listing namespaces and nodes: not done within %s (may the kubeconfig's user list and watch them?)", adminSyncTimeout)
 	}
 	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff), noCache{},
 		authorizer.CachingReviewerOptions{Timeout: cfg.reviewTimeout})
 	authzCfg := cfg.authorizerConfig(mappings)
 	if err := checkTenants(ctx, cfg, mappings, client, &authzCfg); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	authzCfg.DecisionLog = plugins.DecisionLog()
 	authz := authorizer.New(authzCfg, reviewer, view, evaluator, nil, nil)
 	if impersonating {
 		// The impersonation checks are reviews for the caller, which the server
 		// sends for its authenticated callers; here the caller is the kubeconfig's user,
 		// and nothing is cached.
 		if err := setImpersonation(authz, client, 0, 0); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return authz, nil
+	return authz, stop, nil
 }
 
 // checkTenants reads the OffloadTenants as the server does (groups, namespaces, quotas),
@@ -276,7 +300,9 @@ func withKubeconfigUser(ctx context.Context, client kubernetes.Interface) (conte
 func runCheck(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var cfg decisionOptions
 	var a adminFlags
+	var opa opaPluginOptions
 	fs := newAdminFlagSet("check", &cfg, &a)
+	opa.addFlags(fs) // decide by the site's bundles, and log the decisions, as the server does
 	fs.StringArrayVarP(&a.filenames, "filename", "f", nil, "File of Pods or workloads to check (repeatable); - reads stdin.")
 	fs.StringVar(&a.as, "as", "", "Decide for this user (input.user) instead of each pod's service account; the kubeconfig's user must be allowed to impersonate it.")
 	fs.StringArrayVar(&a.asGroups, "as-group", nil, "A group of --as (repeatable); the groups are taken as given, as input.user is.")
@@ -294,7 +320,7 @@ func runCheck(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	outcomes, err := check(ctx, cfg, a, stdin)
+	outcomes, err := check(ctx, cfg, opa, a, stdin, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return admin.ExitError
@@ -312,7 +338,7 @@ func runCheck(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // check reads the pods and decides each one.
-func check(ctx context.Context, cfg decisionOptions, a adminFlags, stdin io.Reader) ([]admin.Outcome, error) {
+func check(ctx context.Context, cfg decisionOptions, opa opaPluginOptions, a adminFlags, stdin io.Reader, stderr io.Writer) ([]admin.Outcome, error) {
 	client, err := adminClient(cfg)
 	if err != nil {
 		return nil, err
@@ -332,11 +358,13 @@ func check(ctx context.Context, cfg decisionOptions, a adminFlags, stdin io.Read
 			return nil, err
 		}
 	}
-	authz, err := newCheckAuthorizer(ctx, cfg, client, a.as != "")
+	authz, stopPlugins, err := newCheckAuthorizer(ctx, cfg, opa, client, a.as != "", stderr)
 	if err != nil {
 		return nil, err
 	}
-	return admin.Check(authorizer.WithoutCharge(ctx), authz, pods, opts), nil
+	outcomes := admin.Check(authorizer.WithoutCharge(ctx), authz, pods, opts)
+	stopPlugins() // the decision logs go out before check exits
+	return outcomes, nil
 }
 
 // readPods reads the pods of every -f in order.

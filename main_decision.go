@@ -17,6 +17,7 @@ import (
 	"github.com/sar-bridge/sar-bridge/authorizer"
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
+	"github.com/sar-bridge/sar-bridge/opaplugins"
 	"github.com/sar-bridge/sar-bridge/policies"
 )
 
@@ -120,8 +121,9 @@ type decisionCore struct {
 	view       *kube.ClusterView
 	client     kubernetes.Interface
 	restConfig *rest.Config
-	cluster    *clusterData // --cluster.resources (main_cluster.go); nil: none
-	quotas     quotaParts   // main_quota.go
+	cluster    *clusterData        // --cluster.resources (main_cluster.go); nil: none
+	quotas     quotaParts          // main_quota.go
+	opa        *opaplugins.Plugins // --config-file (main_opaplugins.go); nil: none
 }
 
 // newDecisionCore builds the mappings, policies, client, informers, review cache and
@@ -144,6 +146,10 @@ func newDecisionCore(ctx context.Context, o serveOptions, reg prometheus.Registe
 	if err != nil {
 		return nil, fmt.Errorf("loading policies: %w", err)
 	}
+	opa, err := o.opa.start(ctx, evaluator, reg, logger)
+	if err != nil {
+		return nil, err
+	}
 	client, restConfig, err := o.decision.newClient("sar-bridge")
 	if err != nil {
 		return nil, err
@@ -156,6 +162,7 @@ func newDecisionCore(ctx context.Context, o serveOptions, reg prometheus.Registe
 	}
 	cfg := o.decision.authorizerConfig(mappings)
 	cfg.LivePods, cfg.VKFieldManagers = kube.NewPodReader(client, kube.DefaultRetryBackoff), o.interlink.vkManagers
+	cfg.DecisionLog = opa.DecisionLog()
 	quotas, err := o.quota.start(ctx, restConfig, client, view, mappings, o.admission.targets, o.decision.tenantLabel, o.informer.resync, logger, reg)
 	if err != nil {
 		return nil, err
@@ -165,7 +172,7 @@ func newDecisionCore(ctx context.Context, o serveOptions, reg prometheus.Registe
 	if err := enableOpenShift(o, authz, view, client, restConfig, evaluator.Documents()); err != nil {
 		return nil, err
 	}
-	return &decisionCore{mappings: mappings, authz: authz, view: view, client: client, restConfig: restConfig, cluster: cluster, quotas: quotas}, nil
+	return &decisionCore{mappings: mappings, authz: authz, view: view, client: client, restConfig: restConfig, cluster: cluster, quotas: quotas, opa: opa}, nil
 }
 
 // newMappingSource is the tenant mappings of the flags and the reloaded mappings file.

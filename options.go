@@ -27,6 +27,7 @@ type serveOptions struct {
 	admission admissionConfig  // --admission.*: the admission webhooks (main_admission.go)
 	cluster   clusterConfig    // --cluster.*: the cluster built-ins' informers (main_cluster.go)
 	quota     quotaOptions     // --quota.*: tenant offload quotas' usage (main_quota.go)
+	opa       opaPluginOptions // --config-file, --bundles.*: OPA's plugins (main_opaplugins.go)
 
 	reloadInterval time.Duration
 	showVersion    bool
@@ -70,6 +71,7 @@ func (o *serveOptions) addFlags(fs *flag.FlagSet) {
 	o.admission.addFlags(fs)
 	o.cluster.addFlags(fs)
 	o.quota.addFlags(fs)
+	o.opa.addFlags(fs)
 	for name, why := range unsupportedFlags {
 		fs.String(name, "", "Not supported: "+why+".")
 		_ = fs.MarkHidden(name)

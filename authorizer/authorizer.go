@@ -22,6 +22,7 @@ import (
 	k8sauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/sar-bridge/sar-bridge/astjson"
+	"github.com/sar-bridge/sar-bridge/decisionlog"
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
 	"github.com/sar-bridge/sar-bridge/policies"
@@ -89,6 +90,9 @@ type Config struct {
 	// VKFieldManagers are the field managers under which the Virtual Kubelet writes
 	// its annotations (--interlink.vk-field-managers); empty: no key is ever "vk".
 	VKFieldManagers []string
+	// DecisionLog receives every pod decision once its input is built (OPA's decision
+	// logs, opaplugins); nil: none, at no cost.
+	DecisionLog decisionlog.Log
 }
 
 // Authorizer decides pod requests.
@@ -148,8 +152,8 @@ func (a *Authorizer) DecideAs(ctx context.Context, path []string, rawInput json.
 }
 
 // decidePod decides a pod request; trusted, when set, is the subject to review.
-func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json.RawMessage, trusted *Subject) (Decision, error) {
-	d := Decision{ID: uuid.NewString()}
+func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json.RawMessage, trusted *Subject) (d Decision, err error) {
+	d = Decision{ID: uuid.NewString()}
 	rec := a.beginDecision(append([]any{"decision_id", d.ID, "path", strings.Join(path, "/")}, logFieldsFrom(ctx)...)...)
 	defer rec.end()
 
@@ -223,6 +227,9 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 		ast.Item(key("tolerations"), ast.NewTerm(req.derived.tolerations)),
 		ast.Item(key("hpc"), ast.NewTerm(hpc)),
 	)
+	if a.cfg.DecisionLog != nil {
+		defer func() { a.logDecision(ctx, rec, path, in, d, err) }()
+	}
 
 	quota, err := a.quotaInput(ctx, req, t, in)
 	if err != nil {
@@ -485,4 +492,15 @@ func allowedWord(allowed bool) string {
 		return "allowed"
 	}
 	return "denied"
+}
+
+// logDecision sends a decision whose input was built to the decision log: its
+// result, or the error that left it without one.
+func (a *Authorizer) logDecision(ctx context.Context, rec *decisionRecord, path []string, input ast.Value, d Decision, err error) {
+	e := decisionlog.Event{ID: d.ID, Path: strings.Join(path, "/"), Input: input, Err: err,
+		Timestamp: rec.start, Duration: time.Since(rec.start), RequestedBy: callerName(ctx)}
+	if err == nil && d.Defined {
+		e.Result = d.Result
+	}
+	a.cfg.DecisionLog.LogDecision(ctx, e)
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the OPA server (the opa CLI) at the version go.mod pins into the cache directory,
-# once, for make bench-http: the bridge is compared with the very evaluator it embeds.
+# once, for make bench-http (the bridge is compared with the very evaluator it embeds) and for
+# the e2e tests that build, sign and serve OPA bundles (opa build, opa run).
 # `go install pkg@version` builds outside any module, so the project's go.mod is not
 # touched. A version change (go.mod bumps OPA) rebuilds.
 #

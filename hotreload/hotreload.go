@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -90,7 +91,8 @@ type Value[T any] struct {
 	reloads     *prometheus.CounterVec
 	lastSuccess prometheus.Gauge
 
-	// Owned by the watch loop after New returns.
+	// mu serialises the watch loop's checks and Apply; it guards what follows.
+	mu     sync.Mutex
 	goodFP [sha256.Size]byte // fingerprint of the serving value
 	failed string            // last rejected state, reported once
 
@@ -185,6 +187,8 @@ func (v *Value[T]) watch(ctx context.Context) {
 
 // check rebuilds the value when the files differ from the serving version.
 func (v *Value[T]) check(ctx context.Context) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	serving := v.Current()
 	snap, err := v.load(serving)
 	if err != nil {
@@ -223,12 +227,46 @@ func (v *Value[T]) check(ctx context.Context) {
 		v.reject(key, snap.Keyvals, err)
 		return
 	}
+	v.failed = ""
+	v.swap(val, snap)
+}
+
+// Apply builds a value now from what load reads, for a change that comes from
+// elsewhere than the files (an OPA bundle downloaded), and swaps it in when it
+// builds and accept, called with it, returns nil: accept is where the caller
+// makes load's reading what the watch loop reads from then on. The watch loop
+// waits meanwhile, so the two never interleave. An error leaves everything as
+// it was and is returned, not logged: the caller reports it where it belongs.
+func (v *Value[T]) Apply(ctx context.Context, load LoadFunc[T], accept func(T) error) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	snap, err := load(v.Current())
+	if err != nil {
+		return err
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), buildTimeout)
+	defer cancel()
+	val, err := snap.Build(bctx)
+	if err != nil {
+		return err
+	}
+	if err := accept(val); err != nil {
+		return err
+	}
+	v.swap(val, snap)
+	return nil
+}
+
+// swap puts val in force; v.mu is held.
+func (v *Value[T]) swap(val T, snap Snapshot[T]) {
 	v.current.Store(&val)
-	v.goodFP, v.failed = snap.Fingerprint, ""
+	v.goodFP = snap.Fingerprint
 	// Metrics first, the generation last: whoever sees the new generation (a test, a
 	// readiness check) also sees the reload counted.
 	v.reloads.WithLabelValues("success").Inc()
-	v.lastSuccess.Set(1)
+	if v.failed == "" { // an Apply does not vouch for rejected files
+		v.lastSuccess.Set(1)
+	}
 	gen := v.gen.Add(1)
 	kv := append([]any{"generation", gen}, snap.Keyvals...)
 	if v.opts.Describe != nil {

@@ -239,24 +239,25 @@ func TestEvalValueMatchesEval(t *testing.T) {
 // input whole (object.get(input, …) counts: the compiler binds input to a variable)
 // or a pod's metadata fails here.
 func TestDefaultPolicyIsMemoisable(t *testing.T) {
-	e, err := New(context.Background(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := e.prepare(context.Background(), []string{"interlink", "authz", "decision"})
-	if err != nil || p == nil {
-		t.Fatalf("prepare: %v", err)
-	}
-	if !p.footprint.memoisable() {
-		t.Fatalf("the default decision is not memoisable: %s", p.footprint.reason)
-	}
-	for _, path := range p.footprint.paths {
-		if key, ok := strings.CutPrefix(fmt.Sprint(path), `["pod" "metadata" "annotations" "`); ok && slices.Contains(hpcAnnotations, strings.TrimSuffix(key, `"]`)) {
-			continue // rules 6 and 9 read the HPC annotations by name; the pods of a job share them
-		}
-		if s := fmt.Sprint(path); strings.HasPrefix(s, `["pod" "metadata"`) || s == `["pod" "spec"]` || s == `["pod"]` || strings.Contains(s, "hostname") {
-			t.Errorf("the default decision reads %s: the pods of one job would not share a memo entry", s)
-		}
+	for source, newEv := range evaluatorSources {
+		t.Run(source, func(t *testing.T) {
+			e := newEv(t, Options{})
+			p, err := e.prepare(context.Background(), []string{"interlink", "authz", "decision"})
+			if err != nil || p == nil {
+				t.Fatalf("prepare: %v", err)
+			}
+			if !p.footprint.memoisable() {
+				t.Fatalf("the default decision is not memoisable: %s", p.footprint.reason)
+			}
+			for _, path := range p.footprint.paths {
+				if key, ok := strings.CutPrefix(fmt.Sprint(path), `["pod" "metadata" "annotations" "`); ok && slices.Contains(hpcAnnotations, strings.TrimSuffix(key, `"]`)) {
+					continue // rules 6 and 9 read the HPC annotations by name; the pods of a job share them
+				}
+				if s := fmt.Sprint(path); strings.HasPrefix(s, `["pod" "metadata"`) || s == `["pod" "spec"]` || s == `["pod"]` || strings.Contains(s, "hostname") {
+					t.Errorf("the default decision reads %s: the pods of one job would not share a memo entry", s)
+				}
+			}
+		})
 	}
 }
 

@@ -122,6 +122,7 @@ type snapshot struct {
 	sources  map[string]source // by base name: embedded defaults overlaid by opts.Dir
 	dataFile string            // "" when there is none
 	data     []byte
+	bundles  []Bundle      // layered over the files (bundles.go), by name
 	cluster  ClusterReader // not part of the fingerprint: fixed for the process
 }
 
@@ -159,6 +160,9 @@ func (s snapshot) build() (*Evaluator, error) {
 		if data, err = parseData(s.dataFile, s.data); err != nil {
 			return nil, err
 		}
+	}
+	if data, err = overlayBundleData(data, s.bundles); err != nil {
+		return nil, err
 	}
 	// Data is converted to Rego values once, here, rather than on every
 	// read of every evaluation (issue 19); so are the policy's data-only

@@ -58,40 +58,44 @@ func precomputeDatas() map[string]string {
 // the precomputed document (and so the fast path) as without it, the way
 // the opa CLI or an OPA server evaluates it.
 func TestPrecomputeMatchesFallback(t *testing.T) {
-	inputs := append(baselineInputs(t), wellFormedInputs(t)...)
-	for dname, data := range precomputeDatas() {
-		opts := Options{}
-		var parsed map[string]any
-		if data != "" {
-			opts.DataFile = writeFile(t, t.TempDir(), "data.json", data)
-			var err error
-			if parsed, err = parseData("data.json", []byte(data)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		e := newEvaluator(t, opts)
-		plain := inmem.NewFromObjectWithOpts(parsed, inmem.OptReturnASTValuesOnRead(true))
-		for _, doc := range []string{"decision", "allow", "deny", "violations"} {
-			prep := func(store storage.Store) rego.PreparedEvalQuery {
-				pq, err := rego.New(
-					rego.Query("result = data.interlink.authz."+doc),
-					rego.Compiler(e.compiler), rego.Store(store),
-				).PrepareForEval(context.Background())
-				if err != nil {
-					t.Fatal(err)
+	for source, newEv := range evaluatorSources {
+		t.Run(source, func(t *testing.T) {
+			inputs := append(baselineInputs(t), wellFormedInputs(t)...)
+			for dname, data := range precomputeDatas() {
+				opts := Options{}
+				var parsed map[string]any
+				if data != "" {
+					opts.DataFile = writeFile(t, t.TempDir(), "data.json", data)
+					var err error
+					if parsed, err = parseData("data.json", []byte(data)); err != nil {
+						t.Fatal(err)
+					}
 				}
-				return pq
-			}
-			pre, fallback := prep(e.store), prep(plain)
-			for i, in := range inputs {
-				got, _ := json.Marshal(evalResult(t, pre, rego.EvalInput(in)))
-				want, _ := json.Marshal(evalResult(t, fallback, rego.EvalInput(in)))
-				if string(got) != string(want) {
-					ij, _ := json.Marshal(in)
-					t.Errorf("%s, data %s, input %d %s:\nprecomputed %s\n   fallback %s", doc, dname, i, ij, got, want)
+				e := newEv(t, opts)
+				plain := inmem.NewFromObjectWithOpts(parsed, inmem.OptReturnASTValuesOnRead(true))
+				for _, doc := range []string{"decision", "allow", "deny", "violations"} {
+					prep := func(store storage.Store) rego.PreparedEvalQuery {
+						pq, err := rego.New(
+							rego.Query("result = data.interlink.authz."+doc),
+							rego.Compiler(e.compiler), rego.Store(store),
+						).PrepareForEval(context.Background())
+						if err != nil {
+							t.Fatal(err)
+						}
+						return pq
+					}
+					pre, fallback := prep(e.store), prep(plain)
+					for i, in := range inputs {
+						got, _ := json.Marshal(evalResult(t, pre, rego.EvalInput(in)))
+						want, _ := json.Marshal(evalResult(t, fallback, rego.EvalInput(in)))
+						if string(got) != string(want) {
+							ij, _ := json.Marshal(in)
+							t.Errorf("%s, data %s, input %d %s:\nprecomputed %s\n   fallback %s", doc, dname, i, ij, got, want)
+						}
+					}
 				}
 			}
-		}
+		})
 	}
 }
 
@@ -195,45 +199,49 @@ func wellFormedInputs(t testing.TB) []any {
 // decision would show the mock; every allowed well-formed input must have
 // taken the fast path.
 func TestFastPathTaken(t *testing.T) {
-	for dname, data := range precomputeDatas() {
-		if dname == "odd" || dname == "wrong-types" || dname == "images" || dname == "quota" || dname == "unknown-annotation" || dname == "bad-quotas" || dname == "hpc-broken" {
-			continue
-		}
-		opts := Options{}
-		if data != "" {
-			opts.DataFile = writeFile(t, t.TempDir(), "data.json", data)
-		}
-		e := newEvaluator(t, opts)
-		prep := func(q string) rego.PreparedEvalQuery {
-			pq, err := rego.New(rego.Query(q), rego.Compiler(e.compiler), rego.Store(e.store)).PrepareForEval(context.Background())
-			if err != nil {
-				t.Fatal(err)
+	for source, newEv := range evaluatorSources {
+		t.Run(source, func(t *testing.T) {
+			for dname, data := range precomputeDatas() {
+				if dname == "odd" || dname == "wrong-types" || dname == "images" || dname == "quota" || dname == "unknown-annotation" || dname == "bad-quotas" || dname == "hpc-broken" {
+					continue
+				}
+				opts := Options{}
+				if data != "" {
+					opts.DataFile = writeFile(t, t.TempDir(), "data.json", data)
+				}
+				e := newEv(t, opts)
+				prep := func(q string) rego.PreparedEvalQuery {
+					pq, err := rego.New(rego.Query(q), rego.Compiler(e.compiler), rego.Store(e.store)).PrepareForEval(context.Background())
+					if err != nil {
+						t.Fatal(err)
+					}
+					return pq
+				}
+				mocked := prep(`result = data.interlink.authz.decision with data.interlink.authz.allow as "general"`)
+				allow := prep(`result = data.interlink.authz.allow`)
+				var allowed, fast int
+				for _, in := range wellFormedInputs(t) {
+					// Pods that set what the HPC side reads (input.hpc not inert) take the
+					// general rules.
+					if evalResult(t, allow, rego.EvalInput(in)) != true || in.(map[string]any)["hpc"].(map[string]any)["inert"] != true {
+						continue
+					}
+					allowed++
+					if d := evalResult(t, mocked, rego.EvalInput(in)).(map[string]any); d["allowed"] == true {
+						fast++
+					} else if dname != "many-groups" {
+						ij, _ := json.Marshal(in)
+						t.Errorf("data %s: allowed input took the general rules: %s", dname, ij)
+					}
+				}
+				// many-groups names more groups than every subset is tabulated for: a
+				// subject in two of them takes the general rules.
+				if minFast := map[bool]int{true: 3, false: 8}[dname == "many-groups"]; allowed < 8 || fast < minFast {
+					t.Errorf("data %s: %d well-formed inputs allowed, %d by the fast path", dname, allowed, fast)
+				}
+				t.Logf("data %s: %d well-formed inputs allowed, %d by the fast path", dname, allowed, fast)
 			}
-			return pq
-		}
-		mocked := prep(`result = data.interlink.authz.decision with data.interlink.authz.allow as "general"`)
-		allow := prep(`result = data.interlink.authz.allow`)
-		var allowed, fast int
-		for _, in := range wellFormedInputs(t) {
-			// Pods that set what the HPC side reads (input.hpc not inert) take the
-			// general rules.
-			if evalResult(t, allow, rego.EvalInput(in)) != true || in.(map[string]any)["hpc"].(map[string]any)["inert"] != true {
-				continue
-			}
-			allowed++
-			if d := evalResult(t, mocked, rego.EvalInput(in)).(map[string]any); d["allowed"] == true {
-				fast++
-			} else if dname != "many-groups" {
-				ij, _ := json.Marshal(in)
-				t.Errorf("data %s: allowed input took the general rules: %s", dname, ij)
-			}
-		}
-		// many-groups names more groups than every subset is tabulated for: a
-		// subject in two of them takes the general rules.
-		if minFast := map[bool]int{true: 3, false: 8}[dname == "many-groups"]; allowed < 8 || fast < minFast {
-			t.Errorf("data %s: %d well-formed inputs allowed, %d by the fast path", dname, allowed, fast)
-		}
-		t.Logf("data %s: %d well-formed inputs allowed, %d by the fast path", dname, allowed, fast)
+		})
 	}
 }
 

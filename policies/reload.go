@@ -3,10 +3,12 @@ package policies
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-kit/log"
@@ -55,7 +57,9 @@ var guardedDocuments = [][]string{
 // document, is rejected: it is logged and counted, and the last good policy
 // keeps serving. Never is an empty or partial policy swapped in.
 type Reloader struct {
-	v *hotreload.Value[*loadedPolicy]
+	opts    ReloaderOptions
+	v       *hotreload.Value[*loadedPolicy]
+	bundles atomic.Pointer[[]Bundle] // in force, layered over the files (ActivateBundles)
 }
 
 // loadedPolicy is a compiled policy and what it was built from.
@@ -69,11 +73,40 @@ type loadedPolicy struct {
 // done. An error of the initial load is returned: start-up fails rather than
 // serving without a policy.
 func NewReloader(ctx context.Context, opts ReloaderOptions) (*Reloader, error) {
-	load := func(serving *loadedPolicy) (hotreload.Snapshot[*loadedPolicy], error) {
+	r := &Reloader{opts: opts}
+	r.bundles.Store(&[]Bundle{})
+	v, err := hotreload.New(ctx, hotreload.Options[*loadedPolicy]{
+		Name:            "policy",
+		ReloadsHelp:     "Policy reloads after a change of the policy files or an OPA bundle, by result (success, failure).",
+		LastSuccessHelp: "1 when the policy files last seen were loaded, 0 when they were rejected and an older policy is serving.",
+		Interval:        opts.Interval,
+		Logger:          opts.Logger,
+		Component:       "policy-reloader",
+		Reloaded:        "policy reloaded",
+		Rejected:        "policy reload rejected; the last good policy keeps serving",
+		Restored:        "policy files are back to the serving version",
+		Registerer:      opts.Registerer,
+		Settle:          true,
+		Static:          opts.Dir == "" && opts.DataFile == "", // only the embedded policy: no file can change
+	}, func(serving *loadedPolicy) (hotreload.Snapshot[*loadedPolicy], error) {
+		return r.load(*r.bundles.Load())(serving)
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.v = v
+	return r, nil
+}
+
+// load reads the files and layers bundles over them.
+func (r *Reloader) load(bundles []Bundle) hotreload.LoadFunc[*loadedPolicy] {
+	opts := r.opts
+	return func(serving *loadedPolicy) (hotreload.Snapshot[*loadedPolicy], error) {
 		snap, err := readSnapshot(opts.Options)
 		if err != nil {
 			return hotreload.Snapshot[*loadedPolicy]{}, err
 		}
+		snap.addBundles(bundles)
 		fp, files := snap.fingerprint()
 		out := hotreload.Snapshot[*loadedPolicy]{Fingerprint: fp}
 		if serving != nil {
@@ -99,24 +132,6 @@ func NewReloader(ctx context.Context, opts ReloaderOptions) (*Reloader, error) {
 		}
 		return out, nil
 	}
-	v, err := hotreload.New(ctx, hotreload.Options[*loadedPolicy]{
-		Name:            "policy",
-		ReloadsHelp:     "Policy reloads after a change of the policy files, by result (success, failure).",
-		LastSuccessHelp: "1 when the policy files last seen were loaded, 0 when they were rejected and an older policy is serving.",
-		Interval:        opts.Interval,
-		Logger:          opts.Logger,
-		Component:       "policy-reloader",
-		Reloaded:        "policy reloaded",
-		Rejected:        "policy reload rejected; the last good policy keeps serving",
-		Restored:        "policy files are back to the serving version",
-		Registerer:      opts.Registerer,
-		Settle:          true,
-		Static:          opts.Dir == "" && opts.DataFile == "", // only the embedded policy: nothing can change
-	}, load)
-	if err != nil {
-		return nil, err
-	}
-	return &Reloader{v: v}, nil
 }
 
 // Eval evaluates data.<path...> with the current policy; see Evaluator.Eval.
@@ -173,6 +188,14 @@ func (s snapshot) fingerprint() ([sha256.Size]byte, map[string][sha256.Size]byte
 	}
 	writeField(all, s.dataFile)
 	writeField(all, string(s.data))
+	for _, b := range s.bundles {
+		// Its modules are among the sources; its data and roots are here.
+		writeField(all, b.Name)
+		writeField(all, b.Revision)
+		writeField(all, strings.Join(b.Roots, "\x00"))
+		data, _ := json.Marshal(b.Data) // sorted keys; JSON values always encode
+		writeField(all, string(data))
+	}
 	if s.dataFile != "" {
 		files[s.dataFile] = sha256.Sum256(s.data)
 	}

@@ -286,7 +286,7 @@ func TestReloaderEmbeddedOnly(t *testing.T) {
 # HELP sar_bridge_policy_last_reload_success 1 when the policy files last seen were loaded, 0 when they were rejected and an older policy is serving.
 # TYPE sar_bridge_policy_last_reload_success gauge
 sar_bridge_policy_last_reload_success 1
-# HELP sar_bridge_policy_reloads_total Policy reloads after a change of the policy files, by result (success, failure).
+# HELP sar_bridge_policy_reloads_total Policy reloads after a change of the policy files or an OPA bundle, by result (success, failure).
 # TYPE sar_bridge_policy_reloads_total counter
 sar_bridge_policy_reloads_total{result="failure"} 0
 sar_bridge_policy_reloads_total{result="success"} 0

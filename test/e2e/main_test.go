@@ -7,7 +7,9 @@
 // binary (otherwise it is built into test/bin/sar-bridge); SAR_BRIDGE_CONTROLPLANE_BIN
 // (or KUBEBUILDER_ASSETS) points at kube-apiserver and etcd (otherwise
 // hack/controlplane.sh builds or finds them); SAR_BRIDGE_POLICIES passes a --policies
-// directory (default: none, the embedded policy);
+// directory (default: none, the embedded policy); SAR_BRIDGE_OPA and SAR_BRIDGE_REGISTRY
+// point at the opa CLI and the CNCF distribution registry of the OPA bundle tests
+// (otherwise hack/opa.sh and hack/registry.sh build them on first use);
 // SAR_BRIDGE_E2E_KEEP=1 keeps the work directory with every log.
 package e2e
 

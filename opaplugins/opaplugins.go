@@ -1,0 +1,201 @@
+// Package opaplugins runs OPA's own plugin manager inside the bridge, configured by
+// a file in OPA's format (services, bundles, decision_logs, status, keys, labels),
+// so that an OPA user's configuration works as it is: bundles are downloaded from
+// HTTP services or OCI registries, polled with ETags, verified with signatures and
+// persisted by OPA's bundle plugin.
+//
+// What a bundle activates is the bridge's policy, not OPA's: the bundle plugin's
+// activation goes through Activator, which layers the bundle over the embedded
+// policy and the --policies files (policies.Reloader.ActivateBundles), compiled and
+// checked exactly as a file reload is, and only then lets OPA activate it into the
+// manager's store as OPA would. A bundle that fails either is refused: the bundle
+// plugin reports the error and the last good policy keeps deciding.
+package opaplugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-kit/log"
+	"github.com/go-kit/log/level"
+	"github.com/google/uuid"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/plugins"
+	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
+	"github.com/open-policy-agent/opa/v1/plugins/logs"
+	"github.com/open-policy-agent/opa/v1/plugins/status"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sar-bridge/sar-bridge/policies"
+)
+
+// Target is the policy bundles are activated into (policies.Reloader).
+type Target interface {
+	ActivateBundles(ctx context.Context, bundles []policies.Bundle, accept func(*policies.Evaluator) error) error
+}
+
+// Options configures Start.
+type Options struct {
+	// Config is OPA's configuration, as JSON (ReadConfigFile).
+	Config []byte
+	// ID names this instance to the services (OPA's --id); a random UUID when empty.
+	ID string
+	// Target receives the bundles.
+	Target Target
+	// Logger receives OPA's plugin logs; Debug lets its debug lines through.
+	Logger log.Logger
+	Debug  bool
+	// Registerer receives the plugins' metrics (the status plugin's with
+	// status.prometheus: true).
+	Registerer prometheus.Registerer
+}
+
+// Plugins is the running plugin manager.
+type Plugins struct {
+	manager    *plugins.Manager
+	logger     log.Logger
+	activation *activation
+	bundles    bool         // bundles are configured: readiness waits for their activation
+	logs       *logs.Plugin // nil: decision_logs not configured
+}
+
+// Start parses the configuration, starts the plugins it turns on and returns at
+// once; bundles are downloaded in the background (Ready, WaitReady).
+func Start(ctx context.Context, opts Options) (*Plugins, error) {
+	if opts.Target == nil {
+		return nil, errors.New("opaplugins: no target for bundles")
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = log.NewNopLogger()
+	}
+	opaLogger := newKitLogger(logger, opts.Debug)
+	store := inmem.New()
+	mask, err := initFiles()
+	if err != nil {
+		return nil, err
+	}
+	managerOpts := []func(*plugins.Manager){
+		plugins.Logger(opaLogger),
+		plugins.ConsoleLogger(opaLogger.WithFields(map[string]any{"decision_logs": "console"})),
+		plugins.WithParserOptions(ast.ParserOptions{RegoVersion: ast.RegoV1}),
+		plugins.WithEnableTelemetry(false),
+		plugins.InitFiles(mask),
+	}
+	if opts.Registerer != nil {
+		managerOpts = append(managerOpts, plugins.WithPrometheusRegister(opts.Registerer))
+	}
+	id := opts.ID
+	if id == "" {
+		id = uuid.NewString() // as OPA's runtime does
+	}
+	m, err := plugins.New(opts.Config, id, store, managerOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("OPA configuration: %w", err)
+	}
+	if m.Config.Discovery != nil {
+		return nil, errors.New("OPA configuration: discovery is not supported (its plugins would replace the bridge's configuration); configure bundles, decision_logs and status directly")
+	}
+	if m.Config.Bundle != nil { //nolint:staticcheck // the deprecated key is refused, not read
+		return nil, errors.New(`OPA configuration: "bundle" is OPA's deprecated single-bundle key; use "bundles"`)
+	}
+	p := &Plugins{manager: m, logger: logger, activation: &activation{target: opts.Target, logger: logger}}
+	if err := p.register(); err != nil {
+		return nil, err
+	}
+	activators.add(store, p.activation)
+	if err := m.Start(ctx); err != nil {
+		activators.remove(store)
+		return nil, fmt.Errorf("starting OPA's plugins: %w", err)
+	}
+	level.Info(logger).Log("component", "opa-plugins", "msg", "OPA plugins started", "plugins", fmt.Sprint(m.Plugins()))
+	return p, nil
+}
+
+// register creates the bundle, decision log and status plugins the configuration
+// turns on, as OPA's runtime does.
+func (p *Plugins) register() error {
+	m := p.manager
+	services := m.Services()
+	bundles, err := bundleplugin.NewConfigBuilder().WithBytes(m.Config.Bundles).WithServices(services).
+		WithKeyConfigs(m.PublicKeys()).Parse()
+	if err != nil {
+		return fmt.Errorf("OPA configuration, bundles: %w", err)
+	}
+	var names []string
+	if bundles != nil {
+		names = append(names, bundleplugin.Name)
+	}
+	decisionLogs, err := logs.NewConfigBuilder().WithBytes(m.Config.DecisionLogs).WithServices(services).
+		WithPlugins(names).Parse()
+	if err != nil {
+		return fmt.Errorf("OPA configuration, decision_logs: %w", err)
+	}
+	statusConfig, err := status.NewConfigBuilder().WithBytes(m.Config.Status).WithServices(services).
+		WithPlugins(names).Parse()
+	if err != nil {
+		return fmt.Errorf("OPA configuration, status: %w", err)
+	}
+	var bp *bundleplugin.Plugin
+	if bundles != nil {
+		bp = bundleplugin.New(bundles, m)
+		m.Register(bundleplugin.Name, bp)
+		p.bundles = true
+	}
+	if decisionLogs != nil {
+		p.logs = logs.New(decisionLogs, m)
+		m.Register(logs.Name, p.logs)
+	}
+	if statusConfig != nil {
+		sp := status.New(statusConfig, m)
+		m.Register(status.Name, sp)
+		if bp != nil {
+			bp.RegisterBulkListener("status", sp.BulkUpdateBundleStatus)
+		}
+	}
+	return nil
+}
+
+// Ready reports whether every configured bundle has been activated once (at
+// once when none is configured), as OPA's readiness does.
+func (p *Plugins) Ready() bool {
+	if !p.bundles {
+		return true
+	}
+	s := p.manager.PluginStatus()[bundleplugin.Name]
+	return s != nil && s.State == plugins.StateOK
+}
+
+// WaitReady waits until Ready, at most timeout.
+func (p *Plugins) WaitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !p.Ready() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no bundle activated within %v: %s", timeout, p.notActivated())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// notActivated names the bundles not activated yet, with their last errors.
+func (p *Plugins) notActivated() string {
+	bp := bundleplugin.Lookup(p.manager)
+	if bp == nil {
+		return "no bundle plugin"
+	}
+	return fmt.Sprintf("waiting for %v", bp.NotActivated())
+}
+
+// Stop stops the plugins (a last decision log upload included), within ctx.
+func (p *Plugins) Stop(ctx context.Context) {
+	p.manager.Stop(ctx)
+	activators.remove(p.manager.Store)
+}
