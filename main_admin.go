@@ -193,8 +193,9 @@ func (noCache) Get(context.Context, string) ([]byte, bool, error)        { retur
 func (noCache) Set(context.Context, string, []byte, time.Duration) error { return nil }
 
 // newCheckAuthorizer builds the server's decision pipeline over the live cluster; with
-// --config-file, the policy of its bundles and its decision logs, which stop() flushes.
-func newCheckAuthorizer(ctx context.Context, cfg decisionOptions, opa opaPluginOptions, client kubernetes.Interface, impersonating bool, stderr io.Writer) (_ *authorizer.Authorizer, stop func(), err error) {
+// --config-file, the policy of its bundles and its decision logs, which stopPlugins
+// flushes.
+func newCheckAuthorizer(ctx context.Context, cfg decisionOptions, opa opaPluginOptions, client kubernetes.Interface, impersonating bool, stderr io.Writer) (_ *authorizer.Authorizer, stopPlugins func(), err error) {
 	mappings, err := loadMappings(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -207,7 +208,7 @@ func newCheckAuthorizer(ctx context.Context, cfg decisionOptions, opa opaPluginO
 	if err != nil {
 		return nil, nil, err
 	}
-	stop = func() {
+	stop := func() {
 		if plugins != nil {
 			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -216,7 +217,7 @@ func newCheckAuthorizer(ctx context.Context, cfg decisionOptions, opa opaPluginO
 	}
 	defer func() {
 		if err != nil {
-			stop()
+			stop() // not stopPlugins: a failed return has set it to nil
 		}
 	}()
 	// Fail fast on an API that cannot answer, rather than waiting out the informers.

@@ -59,7 +59,21 @@ type Options struct {
 	// AllowUnprotectedPlugin renders a plugin on TCP in the pod (http://localhost:PORT)
 	// without the NetworkPolicy, which is refused otherwise.
 	AllowUnprotectedPlugin bool
+	// OPAConfigMap names a ConfigMap (in the pod's namespace) whose key config.yaml is
+	// OPA's configuration file: mounted and passed as --config-file, with an emptyDir
+	// at OPAPersistenceDir for the bundles it persists. Empty: none.
+	OPAConfigMap string
 }
+
+// OPA's configuration in the sidecar (Options.OPAConfigMap).
+const (
+	opaConfigVolume      = "sar-bridge-opa-config"
+	opaConfigDir         = "/etc/sar-bridge/opa"
+	opaPersistenceVolume = "sar-bridge-opa"
+	// OPAPersistenceDir is where the sidecar may write: the configuration's
+	// persistence_directory.
+	OPAPersistenceDir = "/var/lib/sar-bridge/opa"
+)
 
 const (
 	interlinkContainer = "interlink"
@@ -272,6 +286,24 @@ func Render(in []byte, o Options) ([]byte, error) {
 		"--log.format=json",
 		"--web.shutdown-delay=5s",
 	}
+	mounts := []any{
+		map[string]any{"name": vol, "mountPath": socketsDir},
+		map[string]any{"name": bridgeTmpVolume, "mountPath": "/tmp"},
+	}
+	if o.OPAConfigMap != "" {
+		for _, v := range []string{opaConfigVolume, opaPersistenceVolume} {
+			if hasVolume(spec, v) {
+				return nil, fmt.Errorf("the pod already has a volume %q", v)
+			}
+		}
+		spec["volumes"] = append(list(spec["volumes"]),
+			map[string]any{"name": opaConfigVolume, "configMap": map[string]any{"name": o.OPAConfigMap}},
+			map[string]any{"name": opaPersistenceVolume, "emptyDir": map[string]any{"sizeLimit": "64Mi"}})
+		mounts = append(mounts,
+			map[string]any{"name": opaConfigVolume, "mountPath": opaConfigDir, "readOnly": true},
+			map[string]any{"name": opaPersistenceVolume, "mountPath": OPAPersistenceDir})
+		args = append(args, "--config-file="+opaConfigDir+"/config.yaml")
+	}
 	for _, a := range o.Args {
 		args = append(args, a)
 	}
@@ -300,10 +332,7 @@ func Render(in []byte, o Options) ([]byte, error) {
 			"capabilities":             map[string]any{"drop": []any{"ALL"}},
 			"seccompProfile":           map[string]any{"type": "RuntimeDefault"},
 		},
-		"volumeMounts": []any{
-			map[string]any{"name": vol, "mountPath": socketsDir},
-			map[string]any{"name": bridgeTmpVolume, "mountPath": "/tmp"},
-		},
+		"volumeMounts": mounts,
 	})
 	out, err := yaml.Marshal(dep)
 	if err != nil {

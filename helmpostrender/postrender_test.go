@@ -468,3 +468,58 @@ func roundTrip(t *testing.T, v any) any {
 	}
 	return out
 }
+
+// --opa-config-configmap: the sidecar reads OPA's configuration from the ConfigMap and
+// persists bundles in an emptyDir of its own.
+func TestRenderOPAConfig(t *testing.T) {
+	in := chartOutput(`    SidecarURL: "unix:///var/run/plugin.sock"`+"\n", "/var/run/", "")
+	out, err := Render([]byte(in), Options{Image: "img", NetworkPolicy: true, OPAConfigMap: "site-opa", Args: []string{"--log.level=debug"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := split(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec map[string]any
+	for _, d := range docs {
+		if d.kind() == "Deployment" {
+			spec = d.obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		}
+	}
+	var bridge map[string]any
+	for _, c := range containers(spec) {
+		if c["name"] == bridgeContainer {
+			bridge = c
+		}
+	}
+	if bridge == nil {
+		t.Fatal("no bridge container")
+	}
+	args := fmt.Sprint(bridge["args"])
+	if !strings.Contains(args, "--config-file=/etc/sar-bridge/opa/config.yaml --log.level=debug") {
+		t.Errorf("args %s: want --config-file before the user's args", args)
+	}
+	wantVolumes := map[string]string{
+		opaConfigVolume:      `map[configMap:map[name:site-opa] name:sar-bridge-opa-config]`,
+		opaPersistenceVolume: `map[emptyDir:map[sizeLimit:64Mi] name:sar-bridge-opa]`,
+	}
+	for _, v := range list(spec["volumes"]) {
+		vm := v.(map[string]any)
+		if want, ok := wantVolumes[fmt.Sprint(vm["name"])]; ok {
+			if got := fmt.Sprint(vm); got != want {
+				t.Errorf("volume %s, want %s", got, want)
+			}
+			delete(wantVolumes, fmt.Sprint(vm["name"]))
+		}
+	}
+	if len(wantVolumes) > 0 {
+		t.Errorf("volumes missing: %v", wantVolumes)
+	}
+	mounts := fmt.Sprint(bridge["volumeMounts"])
+	for _, want := range []string{"map[mountPath:/etc/sar-bridge/opa name:sar-bridge-opa-config readOnly:true]", "map[mountPath:/var/lib/sar-bridge/opa name:sar-bridge-opa]"} {
+		if !strings.Contains(mounts, want) {
+			t.Errorf("mounts %s, want %s", mounts, want)
+		}
+	}
+}

@@ -468,3 +468,23 @@ func TestStatus(t *testing.T) {
 		t.Errorf("metrics %s, want OPA's status metrics", got)
 	}
 }
+
+// A bundle's module may call the cluster built-ins: both the bridge's compiler and
+// OPA's own activation know them.
+func TestBundleCallsClusterBuiltins(t *testing.T) {
+	key := newSigner(t, "site-key")
+	srv := &bundleServer{}
+	srv.set(buildBundle(t, key, "r1", []string{"acme"},
+		map[string]string{"/acme/site.rego": "package acme\n\nrevision := data.acme.rev\n\nconfig := k8s.get(\"configmaps\", \"team-a\", \"site\")\n"},
+		map[string]any{"acme": map[string]any{"rev": "r1"}}))
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	r := newReloader(t)
+	logs := &testWriter{}
+	p := start(t, config(t, hs.URL, key, ""), r, logs)
+	if err := p.WaitReady(context.Background(), 30*time.Second); err != nil {
+		lines, _ := logs.since(0)
+		t.Fatalf("%v\n%s", err, strings.Join(lines, "\n"))
+	}
+	waitRevision(t, r, "r1")
+}

@@ -54,17 +54,29 @@ violations contains msg if {
 	return src
 }
 
-// decisionLogReceiver is a decision log service: the events of every gzip batch.
+// decisionLogReceiver is a decision log and status service: the events of every gzip
+// batch at /logs, the status reports at /status.
 type decisionLogReceiver struct {
 	mu      sync.Mutex
 	events  []map[string]any
 	batches int
+	status  []map[string]any
 	bad     []string
 }
 
 func (l *decisionLogReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if r.Method == http.MethodPost && r.URL.Path == "/status" {
+		var report map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&report); err != nil {
+			l.bad = append(l.bad, "status: "+err.Error())
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		l.status = append(l.status, report)
+		return
+	}
 	if r.Method != http.MethodPost || r.URL.Path != "/logs" || r.Header.Get("Content-Encoding") != "gzip" {
 		l.bad = append(l.bad, fmt.Sprintf("%s %s (Content-Encoding %q)", r.Method, r.URL.Path, r.Header.Get("Content-Encoding")))
 		w.WriteHeader(http.StatusBadRequest)
@@ -81,6 +93,21 @@ func (l *decisionLogReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 	}
 	l.bad = append(l.bad, err.Error())
 	w.WriteHeader(http.StatusBadRequest)
+}
+
+// bundleStatus returns what the last status report says of bundle name: its active
+// revision and the messages of its last error.
+func (l *decisionLogReceiver) bundleStatus(name string) (active string, errs string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, report := range l.status {
+		bundles, _ := report["bundles"].(map[string]any)
+		if b, ok := bundles[name].(map[string]any); ok {
+			active, _ = b["active_revision"].(string)
+			errs = fmt.Sprint(b["message"], " ", b["errors"])
+		}
+	}
+	return active, errs
 }
 
 // byID waits until every id has an event and returns the events by decision_id.
@@ -161,6 +188,7 @@ func TestBundlesAndDecisionLogs(t *testing.T) {
 	cfg["services"].(map[string]any)["logs"] = map[string]any{"url": logService.URL}
 	cfg["decision_logs"] = map[string]any{"service": "logs", "resource": "/logs", "reporting": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 1}}
 	cfg["labels"] = map[string]any{"cluster": "e2e"}
+	cfg["status"] = map[string]any{"service": "logs"}
 	configFile := filepath.Join(dir, "opa-config.json")
 	raw, _ := json.Marshal(cfg)
 	if err := os.WriteFile(configFile, raw, 0o644); err != nil {
@@ -226,6 +254,17 @@ func TestBundlesAndDecisionLogs(t *testing.T) {
 	record(decide(t, b, forbidden("f3"), deny("forbidden by the site bundle r2")), "r2")
 	push("r4-nodecision", k1, true)
 	awaitLog(b, "bundle refused", "site=r4-nodecision", "new policy no longer defines data.interlink.authz.decision")
+	// The status service hears of it: r2 active, the refusal as the bundle's error.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		active, errs := logs.bundleStatus("site")
+		if active == "r2" && strings.Contains(errs, "new policy no longer defines data.interlink.authz.decision") {
+			t.Logf("status: active %s, error %s", active, errs)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status reports: active %q, errors %q; want r2 and the refusal", active, errs)
+		}
+	}
 	record(decide(t, b, forbidden("f4"), deny("forbidden by the site bundle r2")), "r2")
 	record(decide(t, b, input("create", newPod("team-a", "runner", "plain-2")), allow()), "r2")
 
