@@ -3,6 +3,7 @@ package opaplugins
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"fmt"
 
 	"github.com/go-kit/log/level"
@@ -113,4 +114,38 @@ func eventError(err error) error {
 		return nil
 	}
 	return &decisionError{Code: "sar_bridge_error", Message: err.Error()}
+}
+
+// DefaultDecisionLogBufferBytes bounds OPA's decision log buffer where the
+// configuration sets no bound: OPA's own default is none, so a log service that is
+// down would let the buffer grow until the bridge is OOM-killed (issue 31). Past it
+// OPA drops the oldest events, and says so.
+const DefaultDecisionLogBufferBytes = 16 << 20
+
+// boundDecisionLogBuffer sets reporting.buffer_size_limit_bytes in a decision_logs
+// configuration that bounds its buffer in no other way (an event-count buffer, or a
+// rate limit, which OPA refuses beside a byte limit).
+func boundDecisionLogBuffer(raw []byte) ([]byte, error) {
+	if len(raw) == 0 {
+		return raw, nil
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("OPA configuration, decision_logs: %w", err)
+	}
+	reporting, _ := cfg["reporting"].(map[string]any)
+	if reporting == nil {
+		reporting = map[string]any{}
+	}
+	if t, _ := reporting["buffer_type"].(string); t == "event" {
+		return raw, nil // bounded by buffer_size_limit_events (OPA's default 10,000)
+	}
+	for _, bound := range []string{"buffer_size_limit_bytes", "max_decisions_per_second"} {
+		if _, set := reporting[bound]; set {
+			return raw, nil
+		}
+	}
+	reporting["buffer_size_limit_bytes"] = DefaultDecisionLogBufferBytes
+	cfg["reporting"] = reporting
+	return json.Marshal(cfg)
 }

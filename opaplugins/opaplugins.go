@@ -129,7 +129,11 @@ func (p *Plugins) register() error {
 	if bundles != nil {
 		names = append(names, bundleplugin.Name)
 	}
-	decisionLogs, err := logs.NewConfigBuilder().WithBytes(m.Config.DecisionLogs).WithServices(services).
+	logsConfig, err := boundDecisionLogBuffer(m.Config.DecisionLogs)
+	if err != nil {
+		return err
+	}
+	decisionLogs, err := logs.NewConfigBuilder().WithBytes(logsConfig).WithServices(services).
 		WithPlugins(names).Parse()
 	if err != nil {
 		return fmt.Errorf("OPA configuration, decision_logs: %w", err)

@@ -369,6 +369,9 @@ func TestDecisionLogs(t *testing.T) {
 	if dl == nil {
 		t.Fatal("no decision log with decision_logs configured")
 	}
+	if limit := p.logs.Config().Reporting.BufferSizeLimitBytes; limit == nil || *limit != DefaultDecisionLogBufferBytes {
+		t.Errorf("the decision log buffer is bounded at %v bytes, want %d", limit, DefaultDecisionLogBufferBytes)
+	}
 	input := ast.MustParseTerm(`{"operation": "create", "pod": {"metadata": {"name": "p", "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"env\": \"secret\"}"}},
 		"spec": {"containers": [{"name": "c", "env": [{"name": "TOKEN", "value": "s3cret"}, {"name": "REF", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}],
 		"initContainers": [{"name": "i", "env": [{"name": "PASSWORD", "value": "hunter2"}]}]}}}`).Value
@@ -487,4 +490,25 @@ func TestBundleCallsClusterBuiltins(t *testing.T) {
 		t.Fatalf("%v\n%s", err, strings.Join(lines, "\n"))
 	}
 	waitRevision(t, r, "r1")
+}
+
+// OPA's decision log buffer is unbounded by default; the bridge bounds it unless the
+// configuration bounds it itself.
+func TestBoundDecisionLogBuffer(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"service": "logs"}`, `{"reporting":{"buffer_size_limit_bytes":16777216},"service":"logs"}`},
+		{`{"console": true, "reporting": {"min_delay_seconds": 5}}`, `{"console":true,"reporting":{"buffer_size_limit_bytes":16777216,"min_delay_seconds":5}}`},
+		{`{"reporting": {"buffer_size_limit_bytes": 1000}}`, `{"reporting": {"buffer_size_limit_bytes": 1000}}`},
+		{`{"reporting": {"max_decisions_per_second": 10}}`, `{"reporting": {"max_decisions_per_second": 10}}`},
+		{`{"reporting": {"buffer_type": "event"}}`, `{"reporting": {"buffer_type": "event"}}`},
+		{``, ``},
+	} {
+		got, err := boundDecisionLogBuffer([]byte(tc.in))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%s: %s, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+	if _, err := boundDecisionLogBuffer([]byte(`[1]`)); err == nil {
+		t.Error("a decision_logs that is not an object was taken")
+	}
 }
