@@ -132,11 +132,8 @@ func convert(name string, b *bundle.Bundle) (policies.Bundle, error) {
 	for _, m := range b.Modules {
 		out.Modules = append(out.Modules, policies.BundleModule{Path: m.Path, Text: string(m.Raw)})
 	}
-	if out.Data == nil {
-		out.Data = map[string]any{}
-	}
 	for _, raw := range b.Raw {
-		if err := addDataFile(out.Data, raw.Path, raw.Value); err != nil {
+		if err := out.AddDataFile(raw.Path, raw.Value); err != nil {
 			return policies.Bundle{}, fmt.Errorf("bundle %s: %w", name, err)
 		}
 	}

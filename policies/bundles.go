@@ -46,7 +46,6 @@ func (s *snapshot) addBundles(bundles []Bundle) {
 	}
 	s.bundles = append([]Bundle(nil), bundles...)
 	sort.Slice(s.bundles, func(i, j int) bool { return s.bundles[i].Name < s.bundles[j].Name })
-	embeddedNames, _ := embeddedModules(false)
 	for _, b := range s.bundles {
 		for _, m := range b.Modules {
 			if isTestFile(m.Path) {
@@ -54,7 +53,7 @@ func (s *snapshot) addBundles(bundles []Bundle) {
 			}
 			filename := bundleFilePrefix + b.Name + "/" + strings.TrimPrefix(m.Path, "/")
 			key := filename
-			if text, replaces := embeddedNames[path.Base(m.Path)]; replaces {
+			if text, replaces := s.embedded[path.Base(m.Path)]; replaces {
 				key = path.Base(m.Path)
 				if text == m.Text && strings.HasPrefix(s.sources[key].filename, embeddedPrefix) {
 					// The embedded file itself, shipped in the bundle: it stays the
@@ -152,7 +151,7 @@ func deepCopy(v any) (any, error) {
 	}
 	var out any
 	if err := decodeJSON(raw, &out); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("decoding data: %w", err)
 	}
 	return out, nil
 }
@@ -189,12 +188,63 @@ func (r *Reloader) ActivateBundles(ctx context.Context, bundles []Bundle, accept
 	})
 }
 
-// decodeJSON decodes raw into v with numbers as json.Number, as parseData does.
+// decodeJSON decodes raw into v with numbers as json.Number (parseData, deepCopy).
 func decodeJSON(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("decoding data: %w", err)
+	return dec.Decode(v)
+}
+
+// AddDataFile puts one of the bundle's data files (data.json, data.yaml or data.yml;
+// any other file is not data) into b.Data at the path of its directory, as OPA does:
+// /a/b/data.json holding {"c": 1} is data.a.b.c. Objects merge key by key; a value
+// set twice is an error, as OPA refuses such a bundle.
+func (b *Bundle) AddDataFile(file string, raw []byte) error {
+	switch path.Base(file) {
+	case "data.json", "data.yaml", "data.yml":
+	default:
+		return nil
+	}
+	v, err := parseData(file, raw)
+	if err != nil {
+		return err
+	}
+	if b.Data == nil {
+		b.Data = map[string]any{}
+	}
+	obj := b.Data
+	if dir := strings.Trim(path.Dir(file), "/."); dir != "" {
+		for _, seg := range strings.Split(dir, "/") {
+			next, ok := obj[seg].(map[string]any)
+			if !ok {
+				if _, taken := obj[seg]; taken {
+					return fmt.Errorf("data file %s: data at %s is not an object", file, seg)
+				}
+				next = map[string]any{}
+				obj[seg] = next
+			}
+			obj = next
+		}
+	}
+	return mergeData(obj, v, file)
+}
+
+// mergeData merges src's keys into dst: objects key by key, anything else only once.
+func mergeData(dst, src map[string]any, file string) error {
+	for k, v := range src {
+		old, exists := dst[k]
+		if !exists {
+			dst[k] = v
+			continue
+		}
+		oldObj, ok1 := old.(map[string]any)
+		newObj, ok2 := v.(map[string]any)
+		if !ok1 || !ok2 {
+			return fmt.Errorf("data file %s: %s is set twice", file, k)
+		}
+		if err := mergeData(oldObj, newObj, file); err != nil {
+			return err
+		}
 	}
 	return nil
 }

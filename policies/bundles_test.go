@@ -2,6 +2,7 @@ package policies
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"strings"
@@ -135,4 +136,30 @@ func newBundleEvaluator(t testing.TB, opts Options) *Evaluator {
 var evaluatorSources = map[string]func(testing.TB, Options) *Evaluator{
 	"files":  newEvaluator,
 	"bundle": newBundleEvaluator,
+}
+
+// A bundle's data files land at their directory's path, merged, as OPA reads them.
+func TestBundleAddDataFile(t *testing.T) {
+	files := []struct{ path, raw string }{
+		{"/data.json", `{"top": {"a": 1}}`},
+		{"/top/data.yaml", "b: two\n"},
+		{"/x/y/data.yml", "z: [1]\n"},
+		{"/x/policy.rego", "not data"},
+	}
+	var b Bundle
+	for _, f := range files {
+		if err := b.AddDataFile(f.path, []byte(f.raw)); err != nil {
+			t.Fatalf("%s: %v", f.path, err)
+		}
+	}
+	got, _ := json.Marshal(b.Data)
+	if want := `{"top":{"a":1,"b":"two"},"x":{"y":{"z":[1]}}}`; string(got) != want {
+		t.Errorf("data %s, want %s", got, want)
+	}
+	if err := b.AddDataFile("/top/data.json", []byte(`{"a": 2}`)); err == nil || !strings.Contains(err.Error(), "a is set twice") {
+		t.Errorf("a value set twice: %v", err)
+	}
+	if err := b.AddDataFile("/top/a/data.json", []byte(`{"c": 2}`)); err == nil || !strings.Contains(err.Error(), "not an object") {
+		t.Errorf("data under a number: %v", err)
+	}
 }

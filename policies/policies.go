@@ -3,7 +3,6 @@
 package policies
 
 import (
-	"bytes"
 	"context"
 	"embed"
 	"encoding/json"
@@ -122,8 +121,9 @@ type snapshot struct {
 	sources  map[string]source // by base name: embedded defaults overlaid by opts.Dir
 	dataFile string            // "" when there is none
 	data     []byte
-	bundles  []Bundle      // layered over the files (bundles.go), by name
-	cluster  ClusterReader // not part of the fingerprint: fixed for the process
+	embedded map[string]string // the embedded modules by name, read once per load
+	bundles  []Bundle          // layered over the files (bundles.go), by name
+	cluster  ClusterReader     // not part of the fingerprint: fixed for the process
 }
 
 // readSnapshot reads the embedded modules, opts.Dir's policies and opts.DataFile.
@@ -132,7 +132,7 @@ func readSnapshot(opts Options) (snapshot, error) {
 	if err != nil {
 		return snapshot{}, err
 	}
-	snap := snapshot{sources: make(map[string]source, len(defaults)), dataFile: opts.DataFile, cluster: opts.Cluster}
+	snap := snapshot{sources: make(map[string]source, len(defaults)), dataFile: opts.DataFile, cluster: opts.Cluster, embedded: defaults}
 	for name, text := range defaults {
 		snap.sources[name] = source{filename: "embedded:" + embeddedDir + "/" + name, text: text}
 	}
@@ -246,10 +246,8 @@ func parseData(file string, raw []byte) (map[string]any, error) {
 			return nil, fmt.Errorf("parsing data file %s: %w", file, err)
 		}
 	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber()
 	var v any
-	if err := dec.Decode(&v); err != nil {
+	if err := decodeJSON(js, &v); err != nil {
 		return nil, fmt.Errorf("decoding data file %s: %w", file, err)
 	}
 	obj, ok := v.(map[string]any)

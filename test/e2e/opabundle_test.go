@@ -113,33 +113,33 @@ func (l *decisionLogReceiver) bundleStatus(name string) (active string, errs str
 // byID waits until every id has an event and returns the events by decision_id.
 func (l *decisionLogReceiver) byID(t *testing.T, ids []string) map[string][]map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var got map[string][]map[string]any
+	var bad []string
+	missing := 0
+	poll(30*time.Second, 100*time.Millisecond, func() bool {
 		l.mu.Lock()
-		got := map[string][]map[string]any{}
+		got = map[string][]map[string]any{}
 		for _, e := range l.events {
 			id, _ := e["decision_id"].(string)
 			got[id] = append(got[id], e)
 		}
-		bad := l.bad
+		bad = l.bad
 		l.mu.Unlock()
-		if len(bad) > 0 {
-			t.Fatalf("bad decision log uploads: %v", bad)
-		}
-		missing := 0
+		missing = 0
 		for _, id := range ids {
 			if len(got[id]) == 0 {
 				missing++
 			}
 		}
-		if missing == 0 {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d decisions have no decision log event", missing, len(ids))
-		}
-		time.Sleep(100 * time.Millisecond)
+		return len(bad) > 0 || missing == 0
+	})
+	if len(bad) > 0 {
+		t.Fatalf("bad decision log uploads: %v", bad)
 	}
+	if missing > 0 {
+		t.Fatalf("%d of %d decisions have no decision log event", missing, len(ids))
+	}
+	return got
 }
 
 // TestBundlesAndDecisionLogs: the real bridge pulls a signed OPA bundle, built by the
@@ -216,16 +216,15 @@ func TestBundlesAndDecisionLogs(t *testing.T) {
 	// awaitReason polls until a forbidden pod's reason names rev.
 	awaitReason := func(rev string, since time.Time) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			r, err := b.Decide(forbidden("poll"))
-			if err == nil && strings.Contains(r.Reason(), "forbidden by the site bundle "+rev) {
-				t.Logf("deciding by %s %v after its push", rev, time.Since(since).Round(10*time.Millisecond))
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not deciding by %s 30s after its push (last answer %v, %v)", rev, r, err)
-			}
+		var r *cluster.Response
+		var err error
+		if _, ok := poll(30*time.Second, 100*time.Millisecond, func() bool {
+			r, err = b.Decide(forbidden("poll"))
+			return err == nil && strings.Contains(r.Reason(), "forbidden by the site bundle "+rev)
+		}); !ok {
+			t.Fatalf("not deciding by %s 30s after its push (last answer %v, %v)", rev, r, err)
 		}
+		t.Logf("deciding by %s %v after its push", rev, time.Since(since).Round(10*time.Millisecond))
 	}
 	awaitReason("r2", push("r2", k1, false))
 	record(decide(t, b, forbidden("f2"), deny("forbidden by the site bundle r2")), "r2")
@@ -233,21 +232,23 @@ func TestBundlesAndDecisionLogs(t *testing.T) {
 	// awaitLog waits for a bridge log line holding every one of want.
 	awaitLog := func(br *cluster.Bridge, want ...string) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var seen string
+		if _, ok := poll(30*time.Second, 100*time.Millisecond, func() bool {
 			for _, line := range strings.Split(br.Log(), "\n") {
 				found := true
 				for _, w := range want {
 					found = found && strings.Contains(line, w)
 				}
 				if found {
-					t.Logf("refused: %s", line)
-					return
+					seen = line
+					return true
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no log line with %q", want)
-			}
+			return false
+		}); !ok {
+			t.Fatalf("no log line with %q", want)
 		}
+		t.Logf("refused: %s", seen)
 	}
 	push("r3-forged", other, false)
 	awaitLog(b, "Bundle load failed", "failed to verify JWT signature")
@@ -255,16 +256,14 @@ func TestBundlesAndDecisionLogs(t *testing.T) {
 	push("r4-nodecision", k1, true)
 	awaitLog(b, "bundle refused", "site=r4-nodecision", "new policy no longer defines data.interlink.authz.decision")
 	// The status service hears of it: r2 active, the refusal as the bundle's error.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		active, errs := logs.bundleStatus("site")
-		if active == "r2" && strings.Contains(errs, "new policy no longer defines data.interlink.authz.decision") {
-			t.Logf("status: active %s, error %s", active, errs)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status reports: active %q, errors %q; want r2 and the refusal", active, errs)
-		}
+	var active, errs string
+	if _, ok := poll(30*time.Second, 100*time.Millisecond, func() bool {
+		active, errs = logs.bundleStatus("site")
+		return active == "r2" && strings.Contains(errs, "new policy no longer defines data.interlink.authz.decision")
+	}); !ok {
+		t.Fatalf("status reports: active %q, errors %q; want r2 and the refusal", active, errs)
 	}
+	t.Logf("status: active %s, error %s", active, errs)
 	record(decide(t, b, forbidden("f4"), deny("forbidden by the site bundle r2")), "r2")
 	record(decide(t, b, input("create", newPod("team-a", "runner", "plain-2")), allow()), "r2")
 
