@@ -3,7 +3,13 @@ GO          ?= go
 BIN         := bin/sar-bridge
 CACHE_DIR   ?= $(or $(SAR_BRIDGE_CACHE),$(HOME)/.cache/sar-bridge)
 RUN_DIR     ?= $(CURDIR)/.cache/run
-E2E_TIMEOUT ?= 20m
+# Every go test of make test has its timeout here, and every package must finish within a
+# third of it on 2 quiet cores (test-times, below, prints the slowest and flags any over).
+UNIT_TIMEOUT  ?= 10m
+FUZZ_TIMEOUT  ?= 10m
+IMAGE_TIMEOUT ?= 10m
+CHART_TIMEOUT ?= 20m
+E2E_TIMEOUT   ?= 20m
 GO_SOURCES  := $(shell find . -name '*.go' -not -path './test/*' -not -path './hack/*' -not -path './.cache/*') go.mod go.sum \
                $(wildcard policies/rego/*.rego)
 
@@ -28,8 +34,19 @@ GO_BUILD    := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 
 export SAR_BRIDGE_CACHE := $(CACHE_DIR)
 
+# go test's exit status must survive the pipe into test-times.
+SHELL       := bash
+.SHELLFLAGS := -o pipefail -c
+
+# test-times prints what go test would (results, failing tests' output) from its -json
+# events and records each package's and test's time; `make test-times` lists the slowest.
+TEST_TIMES  := $(CURDIR)/bin/test-times
+TIMES_DIR   := $(CURDIR)/.cache/test-times
+times        = | $(TEST_TIMES) -record $(TIMES_DIR) -stage $(1) -timeout $(2)
+
 .PHONY: all build test unit e2e lint controlplane deps bench run fuzz rego-test clean help generate generate-check \
-        binaries image image-test FORCE helm chart-test opa bench-deps bench-http bench-scale bench-ledger
+        binaries image image-test FORCE helm chart-test opa bench-deps bench-http bench-scale bench-ledger \
+        test-times times-reset
 
 all: build
 
@@ -54,11 +71,11 @@ image: binaries ## Container image without a daemon: an OCI archive (amd64+arm64
 		--oci-archive $(CURDIR)/$(IMAGE_OCI) --docker-archive $(CURDIR)/$(IMAGE_DOCKER)
 	@echo "image: $(IMAGE_REPO):$(IMAGE_TAG) ($(VERSION)) in $(IMAGE_OCI) and $(IMAGE_DOCKER)"
 
-image-test: image deps ## Open the built image archives and run each platform's entrypoint in the image's own root.
+image-test: image deps $(TEST_TIMES) ## Open the built image archives and run each platform's entrypoint in the image's own root.
 	cd hack/image && SAR_BRIDGE_IMAGE_OCI=$(CURDIR)/$(IMAGE_OCI) SAR_BRIDGE_IMAGE_DOCKER=$(CURDIR)/$(IMAGE_DOCKER) \
 		SAR_BRIDGE_IMAGE_REPOSITORY=$(IMAGE_REPO) SAR_BRIDGE_IMAGE_TAG=$(IMAGE_TAG) \
 		SAR_BRIDGE_IMAGE_VERSION=$(VERSION) SAR_BRIDGE_IMAGE_REVISION=$(REVISION) \
-		$(GO) test -count=1 -v ./...
+		$(GO) test -json -count=1 -timeout $(IMAGE_TIMEOUT) ./... $(call times,image,$(IMAGE_TIMEOUT))
 
 FORCE:
 
@@ -74,20 +91,40 @@ helm: ## Build helm and kubectl (the versions hack/helm.sh pins) into $(CACHE_DI
 # The Helm chart, the interLink post-renderer and the systemd unit: run by chart-test,
 # skipped by e2e so that make test runs them once.
 CHART_TESTS := ^(TestChart|TestHelmPostRender|TestSystemdUnit)
-chart-test: build deps controlplane helm ## helm lint, renderings applied to a real kube-apiserver, chart RBAC, post-renderer, systemd unit.
+chart-test: build deps controlplane helm $(TEST_TIMES) ## helm lint, renderings applied to a real kube-apiserver, chart RBAC, post-renderer, systemd unit.
 	cd test && SAR_BRIDGE_BINARY=$(CURDIR)/$(BIN) SAR_BRIDGE_CONTROLPLANE_BIN=$(CACHE_DIR)/bin \
-		SAR_BRIDGE_HELM=$(CACHE_DIR)/bin/helm SAR_BRIDGE_KUBECTL=$(CACHE_DIR)/bin/kubectl $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -run '$(CHART_TESTS)' ./e2e/
+		SAR_BRIDGE_HELM=$(CACHE_DIR)/bin/helm SAR_BRIDGE_KUBECTL=$(CACHE_DIR)/bin/kubectl \
+		$(GO) test -json -count=1 -timeout $(CHART_TIMEOUT) -run '$(CHART_TESTS)' ./e2e/ $(call times,chart,$(CHART_TIMEOUT))
 
-test: lint unit image-test chart-test e2e ## Unit tests, the image, then end-to-end tests against a real control plane.
+# A cold run (empty Go caches, no ~/.cache/sar-bridge) takes about 45 minutes on 2 cores,
+# most of it compiling Kubernetes; a warm one about 12. The slowest packages and tests,
+# with their share of their timeouts, close the run.
+test: times-reset lint unit image-test chart-test e2e ## Unit tests, the image, then end-to-end tests against a real control plane; the slowest packages and tests.
+	@$(TEST_TIMES) summary -record $(TIMES_DIR)
 
-unit: deps ## Unit tests (with the race detector), Rego tests and fuzz seed corpora included, then a short fuzz run.
-	$(GO) test -race -count=1 ./...
+test-times: $(TEST_TIMES) ## The slowest packages and tests of the last test run, with their share of their timeouts.
+	@$(TEST_TIMES) summary -record $(TIMES_DIR)
+
+times-reset:
+	@rm -rf $(TIMES_DIR)
+
+$(TEST_TIMES): test/cmd/test-times/main.go
+	cd test && $(GO) build -o $@ ./cmd/test-times
+
+# The race detector makes the policy's sameness and property tests about 8 times slower
+# and adds nothing to what they check (the policy's logic): under -race they compare a
+# sample of their corpora, and the second run compares every input without it
+# (policies/corpus_test.go).
+unit: deps $(TEST_TIMES) ## Unit tests (with the race detector), Rego tests and fuzz seed corpora included, the policy's full corpora, then a short fuzz run.
+	$(GO) test -json -race -count=1 -timeout $(UNIT_TIMEOUT) ./... $(call times,unit,$(UNIT_TIMEOUT))
+	$(GO) test -json -count=1 -timeout $(UNIT_TIMEOUT) ./policies/ -corpus=full $(call times,corpus,$(UNIT_TIMEOUT))
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5000x FUZZTIME_LARGE=50x
 
-e2e: build deps controlplane helm opa registry ## End-to-end tests: real kube-apiserver, etcd, memcached, kubectl, OPA, an OCI registry and the binary.
+e2e: build deps controlplane helm opa registry $(TEST_TIMES) ## End-to-end tests: real kube-apiserver, etcd, memcached, kubectl, OPA, an OCI registry and the binary.
 	cd test && SAR_BRIDGE_BINARY=$(CURDIR)/$(BIN) SAR_BRIDGE_CONTROLPLANE_BIN=$(CACHE_DIR)/bin \
 		SAR_BRIDGE_KUBECTL=$(CACHE_DIR)/bin/kubectl SAR_BRIDGE_OPA=$(CACHE_DIR)/bin/opa \
-		SAR_BRIDGE_REGISTRY=$(CACHE_DIR)/bin/registry $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -skip '$(CHART_TESTS)' ./...
+		SAR_BRIDGE_REGISTRY=$(CACHE_DIR)/bin/registry \
+		$(GO) test -json -count=1 -timeout $(E2E_TIMEOUT) -skip '$(CHART_TESTS)' ./... $(call times,e2e,$(E2E_TIMEOUT))
 
 lint: generate-check ## gofmt and go vet, in both modules; the generated CRD and deepcopy code up to date.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -147,14 +184,16 @@ rego-test: ## The Rego tests under the opa CLI itself (the version go.mod pins).
 FUZZTIME ?= 300000x
 # Pods up to the largest Kubernetes stores take up to a second each.
 FUZZTIME_LARGE ?= 2000x
-fuzz: ## Fuzz request decoding, the decision pipeline and the sbatch and container-option parsers, $(FUZZTIME) executions per target ($(FUZZTIME_LARGE) of the largest pods).
-	$(GO) test -run '^$$' -fuzz '^FuzzDataAPI$$' -fuzztime $(FUZZTIME) ./server/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./authorizer/
-	$(GO) test -run '^$$' -fuzz '^FuzzAllowAllReviewer$$' -fuzztime $(FUZZTIME) ./authorizer/
-	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./strictjson/
-	$(GO) test -run '^$$' -fuzz '^FuzzLargePods$$' -fuzztime $(FUZZTIME_LARGE) ./authorizer/
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./slurmjob/
-	$(GO) test -run '^$$' -fuzz '^FuzzContainerArgs$$' -fuzztime $(FUZZTIME) ./slurmjob/
+# fuzz1 pkg,Target,executions: one fuzz target.
+fuzz1 = $(GO) test -json -run '^$$' -fuzz '^$(2)$$' -fuzztime $(3) -timeout $(FUZZ_TIMEOUT) ./$(1)/ $(call times,fuzz-$(2),$(FUZZ_TIMEOUT))
+fuzz: $(TEST_TIMES) ## Fuzz request decoding, the decision pipeline and the sbatch and container-option parsers, $(FUZZTIME) executions per target ($(FUZZTIME_LARGE) of the largest pods).
+	$(call fuzz1,server,FuzzDataAPI,$(FUZZTIME))
+	$(call fuzz1,authorizer,FuzzDecide,$(FUZZTIME))
+	$(call fuzz1,authorizer,FuzzAllowAllReviewer,$(FUZZTIME))
+	$(call fuzz1,strictjson,FuzzCheck,$(FUZZTIME))
+	$(call fuzz1,authorizer,FuzzLargePods,$(FUZZTIME_LARGE))
+	$(call fuzz1,slurmjob,FuzzParse,$(FUZZTIME))
+	$(call fuzz1,slurmjob,FuzzContainerArgs,$(FUZZTIME))
 
 clean: ## Remove built binaries and local run state (not the control-plane cache).
 	rm -rf bin test/bin .cache

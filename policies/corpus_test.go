@@ -1,0 +1,74 @@
+package policies
+
+import (
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"testing"
+)
+
+// The sameness and property tests (precompute against the general rules, the rewrite
+// against its baseline, site rules, memo) compare thousands of evaluations. What they
+// check is the policy's logic, not concurrency, and the race detector makes each
+// evaluation about 8 times slower: under -race a full corpus took the package past go
+// test's 10 minutes on 2 cores. So make unit runs them twice: under -race each loop
+// compares a sample (a different tenth for every data set and document, so that
+// together they still touch every input), and without the race detector
+// (-corpus=full, the default there) every input of every loop.
+var corpus = flag.String("corpus", "", `how much of the heavy tests' corpora to compare: "full" or "sample" (default: "sample" under -race, else "full")`)
+
+// corpusSampleEvery is how sparse a sample is: one input in this many.
+const corpusSampleEvery = 10
+
+// corpusStride is 1 for the full corpus and corpusSampleEvery for a sample.
+func corpusStride(t testing.TB) int {
+	t.Helper()
+	switch *corpus {
+	case "full":
+		return 1
+	case "sample":
+		return corpusSampleEvery
+	case "":
+		if raceEnabled {
+			return corpusSampleEvery
+		}
+		return 1
+	}
+	t.Fatalf("-corpus=%q: want full or sample", *corpus)
+	return 1
+}
+
+// inCorpus says whether input i of the loop named by the parts is compared in this run.
+func inCorpus(t testing.TB, i int, parts ...any) bool {
+	t.Helper()
+	stride := corpusStride(t)
+	if stride == 1 {
+		return true
+	}
+	h := fnv.New32a()
+	fmt.Fprint(h, parts...)
+	return (i+int(h.Sum32()%uint32(stride)))%stride == 0
+}
+
+func TestInCorpus(t *testing.T) {
+	// A sample keeps one in corpusSampleEvery of a loop, and the loops' samples differ.
+	if corpusStride(t) == 1 {
+		t.Skip("full corpus: every input is compared")
+	}
+	seen := map[int]bool{}
+	for loop := range 40 {
+		kept := 0
+		for i := range 100 {
+			if inCorpus(t, i, "loop", loop) {
+				kept++
+				seen[i] = true
+			}
+		}
+		if kept != 100/corpusSampleEvery {
+			t.Errorf("loop %d kept %d of 100", loop, kept)
+		}
+	}
+	if len(seen) != 100 {
+		t.Errorf("40 loops together compared %d of 100 inputs", len(seen))
+	}
+}
