@@ -210,11 +210,11 @@ func summary(out io.Writer, dir string, n int) error {
 			mark = "  OVER BUDGET"
 			over = append(over, r.Stage+" "+r.Package)
 		}
-		fmt.Fprintf(out, "  %8.1fs %3.0f%% of %-6s %-6s %s%s\n", r.Seconds, share, short(r.Timeout), r.Stage, r.Package, mark)
+		fmt.Fprintf(out, "  %8.1fs %3.0f%% of %-4s %-22s %s%s\n", r.Seconds, share, short(r.Timeout), r.Stage, r.Package, mark)
 	}
 	fmt.Fprintf(out, "test-times: the %d slowest tests\n", n)
 	for _, r := range slowest(tests) {
-		fmt.Fprintf(out, "  %8.1fs %-6s %s %s\n", r.Seconds, r.Stage, r.Package, r.Test)
+		fmt.Fprintf(out, "  %8.1fs %-22s %s %s\n", r.Seconds, r.Stage, r.Package, r.Test)
 	}
 	passed, failed := 0, 0
 	for _, r := range tests {
