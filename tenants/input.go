@@ -11,6 +11,7 @@ import (
 
 	"github.com/sar-bridge/sar-bridge/astjson"
 	"github.com/sar-bridge/sar-bridge/sizedlru"
+	"github.com/sar-bridge/sar-bridge/slurmjob"
 	"github.com/sar-bridge/sar-bridge/tenants/v1alpha1"
 )
 
@@ -40,8 +41,9 @@ func listValue(l corev1.ResourceList) *ast.Term {
 	return ast.ObjectTerm(items...)
 }
 
-// AmountsCache remembers PodAmounts of pod specs by the hash of their canonical
-// encoding (the pods of one job share a spec), bounded in bytes. Safe for concurrent use.
+// AmountsCache remembers PodAmounts of pods by the hash of the canonical encoding of
+// what it reads, the spec and the flags annotation (the pods of one job share both),
+// bounded in bytes. Safe for concurrent use.
 type AmountsCache struct {
 	byHash *sizedlru.Cache[[sha256.Size]byte, corev1.ResourceList]
 }
@@ -59,7 +61,10 @@ func NewAmountsCache() *AmountsCache {
 	return &AmountsCache{byHash: sizedlru.New[[sha256.Size]byte, corev1.ResourceList](amountsCacheBytes, amountsCacheEntryBytes)}
 }
 
-var specPath = []*ast.Term{ast.StringTerm("spec")}
+var (
+	specPath  = []*ast.Term{ast.StringTerm("spec")}
+	flagsPath = []*ast.Term{ast.StringTerm("metadata"), ast.StringTerm("annotations"), ast.StringTerm(slurmjob.FlagsAnnotation)}
+)
 
 // Amounts is PodAmounts of the pod in a decision's input (input.pod, already checked as
 // a Pod). The returned list is shared: do not modify it.
@@ -68,7 +73,8 @@ func (c *AmountsCache) Amounts(pod ast.Value) (corev1.ResourceList, error) {
 	if spec == nil {
 		return corev1.ResourceList{ResourcePods: *resource.NewQuantity(1, resource.DecimalSI)}, nil
 	}
-	key := sha256.Sum256(astjson.AppendCanonical(nil, spec))
+	flags := astjson.Find(pod, flagsPath)
+	key := sha256.Sum256(astjson.AppendCanonical(astjson.AppendCanonical(nil, spec), flags))
 	if l, ok := c.byHash.Get(key); ok {
 		return l, nil
 	}
@@ -80,11 +86,14 @@ func (c *AmountsCache) Amounts(pod ast.Value) (corev1.ResourceList, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the pod's resources: %w", err)
 	}
-	var s corev1.PodSpec
-	if err := json.Unmarshal(b, &s); err != nil {
+	var p corev1.Pod
+	if err := json.Unmarshal(b, &p.Spec); err != nil {
 		return nil, fmt.Errorf("reading the pod's resources: %w", err)
 	}
-	l := PodAmounts(&s)
+	if s, ok := flags.(ast.String); ok {
+		p.Annotations = map[string]string{slurmjob.FlagsAnnotation: string(s)}
+	}
+	l := PodAmounts(&p)
 	c.byHash.Add(key, l, amountsEntryBytes+int64(len(l))*amountsResourceBytes)
 	return l, nil
 }

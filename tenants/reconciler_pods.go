@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/sar-bridge/sar-bridge/slurmjob"
 	"github.com/sar-bridge/sar-bridge/virtualpods"
 )
 
@@ -62,19 +63,27 @@ func DecodeAmounts(s string) (corev1.ResourceList, error) {
 }
 
 // PodTransform keeps of a pod what the reconciler reads (identity, node, phase, the
-// charge label and annotation, the resources of its containers) before a pod informer
+// charge label and annotation, what PodAmounts reads: the resources of its containers,
+// and of the flags annotation only --cpus-per-task and --mem) before a pod informer
 // stores it: pass it as virtualpods.Options.Transform.
 func PodTransform(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
+	annotations := keep(p.Annotations, ChargedAmountsAnnotation)
+	if flags := readJobFlags(p.Annotations[slurmjob.FlagsAnnotation]).String(); flags != "" {
+		if annotations == nil {
+			annotations = make(map[string]string, 1)
+		}
+		annotations[slurmjob.FlagsAnnotation] = flags
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 			Labels:      keep(p.Labels, ChargedLabel),
-			Annotations: keep(p.Annotations, ChargedAmountsAnnotation),
+			Annotations: annotations,
 		},
 		Spec: corev1.PodSpec{
 			NodeName:       p.Spec.NodeName,
@@ -115,7 +124,7 @@ type podRecord struct {
 	labelled              bool                // carries ChargedLabel (of any tenant)
 	label                 string              // its value
 	charged               corev1.ResourceList // the annotation's amounts; nil when absent or unreadable
-	spec                  corev1.ResourceList // PodAmounts of the spec as it is now
+	spec                  corev1.ResourceList // PodAmounts of the pod as it is now
 	terminated            bool
 }
 
@@ -130,7 +139,7 @@ func (r *podRecord) same(o *podRecord) bool {
 func newRecord(node string, p *corev1.Pod) *podRecord {
 	r := &podRecord{
 		uid: p.UID, namespace: p.Namespace, name: p.Name, node: node,
-		spec:       PodAmounts(&p.Spec),
+		spec:       PodAmounts(p),
 		terminated: p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed,
 	}
 	r.label, r.labelled = p.Labels[ChargedLabel]
@@ -308,10 +317,10 @@ type holding struct {
 // holdings lists the pods counted against tenant: confirmed (labelled, or patched by
 // this term) and not ended, in the tenant's namespaces, whatever tenant the label
 // names (a label copied into another tenant's namespace charges that namespace's
-// tenant). A pod holds the larger of what it was charged and what its spec asks now,
-// per resource: a resize that shrinks an offloaded pod frees nothing (the HPC job keeps
-// its size), and a label or annotation written by hand cannot make a pod count less
-// than its spec.
+// tenant). A pod holds the larger of what it was charged and what it asks now
+// (PodAmounts of the live pod), per resource: a resize, or a flags annotation changed,
+// that shrinks an offloaded pod frees nothing (the HPC job keeps its size), and a label
+// or annotation written by hand cannot make a pod count less than it asks.
 func (s *podSnapshot) holdings(tenant string, tenantOf func(string) string) []holding {
 	var out []holding
 	tenants := map[string]string{}

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/sar-bridge/sar-bridge/slurmjob"
 	"github.com/sar-bridge/sar-bridge/tenants/v1alpha1"
 	"github.com/sar-bridge/sar-bridge/virtualpods"
 )
@@ -378,8 +379,22 @@ func TestReconcilePendingSeen(t *testing.T) {
 	}
 }
 
-// TestReconcileResize: what a pod holds is fixed when it is confirmed: a resize that
-// shrinks it frees nothing, and hand-written amounts never count less than the spec.
+// memoryOnly makes the pod's container set a memory limit and no CPU limit, with the
+// flags annotation flags: the SLURM plugin then asks for the flags' --cpus-per-task.
+func memoryOnly(flags string) podOpt {
+	return func(p *corev1.Pod) {
+		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: list("memory", "1Gi")}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[slurmjob.FlagsAnnotation] = flags
+	}
+}
+
+// TestReconcileResize: what a pod holds is fixed when it is confirmed: a resize (or a
+// flags annotation changed) that shrinks it frees nothing, and hand-written amounts
+// never count less than the pod asks (PodAmounts of the pod the informer shows, slimmed
+// by PodTransform).
 func TestReconcileResize(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -391,6 +406,9 @@ func TestReconcileResize(t *testing.T) {
 		{name: "grown", later: runningPod("team-a", "a", "6", labelled("team-a", "cpu=4,pods=1")), wantCPU: "6"},
 		{name: "annotation lowered by hand", later: runningPod("team-a", "a", "4", labelled("team-a", "cpu=0,pods=1")), wantCPU: "4"},
 		{name: "annotation unreadable", later: runningPod("team-a", "a", "4", labelled("team-a", "cpu=lots")), wantCPU: "4"},
+		{name: "charged before whole cores (cpu=1m)", later: runningPod("team-a", "a", "1m", labelled("team-a", "cpu=1m,pods=1")), wantCPU: "1"},
+		{name: "grown by the flags' --cpus-per-task", later: runningPod("team-a", "a", "4", labelled("team-a", "cpu=4,pods=1"), memoryOnly("-c 8")), wantCPU: "8"},
+		{name: "shrunk by the flags' --cpus-per-task", later: runningPod("team-a", "a", "4", labelled("team-a", "cpu=4,pods=1"), memoryOnly("--cpus-per-task=2")), wantCPU: "4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var n calls
@@ -402,7 +420,11 @@ func TestReconcileResize(t *testing.T) {
 			if got := getPod(t, api, "team-a", "a").Annotations[ChargedAmountsAnnotation]; got != "cpu=4,pods=1" {
 				t.Fatalf("charged amounts %q", got)
 			}
-			tm.view.OnUpdate("vk-1", a, tc.later)
+			slim, err := PodTransform(tc.later)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tm.view.OnUpdate("vk-1", a, slim.(*corev1.Pod))
 			reconcileOK(t, tm, "team-a")
 			wantUsed(t, status(t, c, "team-a"), "cpu", tc.wantCPU, "pods", "1")
 		})

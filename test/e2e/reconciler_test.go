@@ -170,7 +170,7 @@ func lrPod(t *testing.T, name, cpu string) *corev1.Pod {
 func lrCharge(t *testing.T, l *tenants.Ledger, name string, uid types.UID, cpu string) {
 	t.Helper()
 	err := l.Charge(context.Background(), tenants.Request{Tenant: lrNS, UID: uid, Namespace: lrNS, Name: name, Node: lrVK,
-		Amounts: tenants.PodAmounts(&corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"cpu": resource.MustParse(cpu)}}}}})})
+		Amounts: tenants.PodAmounts(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"cpu": resource.MustParse(cpu)}}}}}})})
 	if err != nil {
 		t.Fatalf("charging %s: %v", name, err)
 	}
