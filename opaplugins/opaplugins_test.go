@@ -351,7 +351,7 @@ func (l *logReceiver) wait(t *testing.T, n int) []map[string]any {
 }
 
 // A decision goes to the decision log service in OPA's event format, in a gzip
-// batch, its env values and kubectl's copy of the pod masked by the default mask.
+// batch, its env values removed and kubectl's copy of the pod masked by the default mask.
 func TestDecisionLogs(t *testing.T) {
 	recv := &logReceiver{}
 	hs := httptest.NewServer(recv)
@@ -383,13 +383,16 @@ func TestDecisionLogs(t *testing.T) {
 
 	events := recv.wait(t, 2)
 	got, _ := json.Marshal(events[0])
-	for _, secret := range []string{"s3cret", "hunter2", "last-applied"} {
+	for _, secret := range []string{"s3cret", "hunter2", `\"env\": \"secret\"`} {
 		if strings.Contains(string(got), secret) {
 			t.Errorf("the event holds %q: %s", secret, got)
 		}
 	}
 	e := events[0]
 	pod := e["input"].(map[string]any)["pod"].(map[string]any)
+	if a := pod["metadata"].(map[string]any)["annotations"]; fmt.Sprint(a) != "map[kubectl.kubernetes.io/last-applied-configuration:**masked**]" {
+		t.Errorf("annotations %v, want kubectl's copy of the pod masked", a)
+	}
 	env := pod["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["env"].([]any)
 	if first := env[0].(map[string]any); first["name"] != "TOKEN" || first["value"] != nil {
 		t.Errorf("env[0] = %v, want the name kept and the value removed", first)
