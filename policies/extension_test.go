@@ -282,8 +282,10 @@ func TestSiteExamples(t *testing.T) {
 		{"replace-authz", "data.interlink.authz.decision", preExec, false,
 			`annotation "slurm-job.vk.io/pre-exec" is restricted: subject "system:serviceaccount:team-a:runner" is not among its allowed users [] or groups [] (data.interlink.restricted_annotations)`, nil},
 	}
+	// The examples' SLURM plugin picks no flavor by itself: GPU pods need none.
+	noAutoFlavors := writeFile(t, t.TempDir(), "data.json", `{"interlink": {"hpc": {"auto_flavors": []}}}`)
 	for i, tc := range tests {
-		e := newEvaluator(t, Options{Dir: filepath.Join("examples", tc.dir)})
+		e := newEvaluator(t, Options{Dir: filepath.Join("examples", tc.dir), DataFile: noAutoFlavors})
 		if off := e.FastPathOff(); (tc.fastOff == "") != (off == "") || !strings.Contains(off, tc.fastOff) {
 			t.Errorf("%d %s: fast path off because %q, want %q", i, tc.dir, off, tc.fastOff)
 		}

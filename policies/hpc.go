@@ -2,12 +2,13 @@ package policies
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/sar-bridge/sar-bridge/astjson"
+	"github.com/sar-bridge/sar-bridge/scriptbound"
 	"github.com/sar-bridge/sar-bridge/slurmjob"
 )
 
@@ -23,6 +24,8 @@ import (
 //	 "words": [{"what": w, "error": msg}, ...],
 //	 "pod_ip": {"valid": bool},
 //	 "host_mode": bool,
+//	 "gpus": n,
+//	 "script_bound": {plugin: [{"field": f, "row": pattern, "message": msg}, ...]},
 //	 "writers": {annotation: "vk" or "other"}}
 //
 // sbatch is there when the pod sets slurm-job.vk.io/flags: the options sbatch reads from
@@ -30,11 +33,15 @@ import (
 // they cannot be pinned down. runtime has an entry per container-runtime annotation the
 // pod sets (singularity, enroot, HTCondor's singularity options). host_paths are the host
 // paths the pod would mount: the sources of those options and hostPath volumes. ids are
-// the runAsUser and runAsGroup of the pod and of every container. words are the values the
-// plugins write unquoted into the job script that are not plain words (images, image
-// roots, hostPath and mount paths, probe commands). pod_ip is there when the pod sets
+// the runAsUser and runAsGroup of the pod and of every container. words are what Go refuses
+// of the pod's sizing and paths (a hostPath that is relative or has a .. element, a
+// memory limit the plugin would write as --mem=0). pod_ip is there when the pod sets
 // interlink.eu/pod-ip. host_mode is HTCondor's rule for running a pod's command on the
-// host: the first container's image contains "host". inert is true when the pod sets
+// host: the first container's image contains "host". gpus is the sum of the containers'
+// nvidia.com/gpu and amd.com/gpu limits, from which the SLURM plugin picks a flavor when
+// the pod names none. script_bound has, for each plugin package scriptbound describes,
+// every string of the pod that plugin would write where it is not inert (unquoted and
+// not a plain word, between double quotes with $ in it, ...). inert is true when the pod sets
 // none of these, so that nothing of the HPC rules applies to it but the tenant's
 // defaults; sbatch_only when all it sets is a flags annotation that could be read (the
 // default policy's fast path decides both). writers is not PodHPC's: the authorizer adds
@@ -85,6 +92,8 @@ type hpcRead struct {
 	words     []*ast.Term
 	podIP     *ast.Term
 	hostMode  bool
+	gpus      int64
+	bound     []scriptbound.Finding
 }
 
 // PodHPC is input.hpc for a pod value (input.pod); a pod that is not an object sets
@@ -100,6 +109,7 @@ func PodHPC(pod ast.Value) ast.Value {
 	if spec, ok := astjson.Find(obj, []*ast.Term{specKey}).(ast.Object); ok {
 		r.readSpec(spec)
 	}
+	r.bound = scriptbound.CheckPod(obj)
 	return r.value()
 }
 
@@ -148,13 +158,10 @@ func (r *hpcRead) readAnnotations(annotations ast.Object) {
 			}
 		}
 	}
-	for _, key := range []string{ImageRootAnnotation, HTCondorImageRootAnnotation} {
-		if v, ok := get(key); ok {
-			r.word(fmt.Sprintf("annotation %q", key), v)
-		}
-	}
 	if v, ok := get(PodIPAnnotation); ok {
-		_, err := netip.ParseAddr(v)
+		// Exactly as netip prints it, without a zone: a zone is free text the plugin
+		// would write into export POD_IP=... (scriptbound.IPAddress).
+		err := scriptbound.IPAddress.Check(v)
 		r.podIP = ast.ObjectTerm(ast.Item(ast.StringTerm("valid"), ast.BooleanTerm(err == nil)))
 	}
 }
@@ -208,7 +215,6 @@ func (r *hpcRead) readSpec(spec ast.Object) {
 			name := stringAt(v.Value, "name")
 			if p, ok := astjson.Find(v.Value, []*ast.Term{ast.StringTerm("hostPath"), ast.StringTerm("path")}).(ast.String); ok {
 				what := fmt.Sprintf("hostPath volume %q", name)
-				r.word(what, string(p))
 				if clean, err := slurmjob.CleanHostPath(string(p)); err != nil {
 					r.bad(what, err.Error())
 				} else {
@@ -227,46 +233,47 @@ func (r *hpcRead) readSpec(spec ast.Object) {
 			name := stringAt(c, "name")
 			field := fmt.Sprintf("spec.%s[%q].securityContext", list.key, name)
 			r.ids = appendIDs(r.ids, c, field)
-			what := fmt.Sprintf("%s %q", list.what, name)
 			if image, ok := astjson.Find(c, []*ast.Term{ast.StringTerm("image")}).(ast.String); ok {
-				r.word("image of "+what, string(image))
 				if li == 0 && i == 0 && strings.Contains(string(image), "host") {
 					r.hostMode = true
 				}
 			}
-			if mounts, ok := astjson.Find(c, []*ast.Term{ast.StringTerm("volumeMounts")}).(*ast.Array); ok {
-				mounts.Foreach(func(m *ast.Term) {
-					if p, ok := astjson.Find(m.Value, []*ast.Term{ast.StringTerm("mountPath")}).(ast.String); ok {
-						r.word(fmt.Sprintf("mountPath of volume %q in %s", stringAt(m.Value, "name"), what), string(p))
-					}
-				})
+			if li == 0 {
+				r.gpus += gpuLimits(c)
 			}
-			r.readProbes(c, what)
+			r.readMemoryLimit(c, list.key, i)
 		}
 	}
 }
 
-// readProbes checks what the SLURM plugin pastes into the job script, between double
-// quotes, when it runs probes: exec commands and httpGet hosts and paths.
-func (r *hpcRead) readProbes(c ast.Value, what string) {
-	for _, probe := range probeKeys {
-		p, ok := astjson.Find(c, []*ast.Term{ast.StringTerm(probe)}).(ast.Object)
-		if !ok {
-			continue
-		}
-		if cmd, ok := astjson.Find(p, []*ast.Term{ast.StringTerm("exec"), ast.StringTerm("command")}).(*ast.Array); ok {
-			cmd.Foreach(func(t *ast.Term) {
-				if s, ok := t.Value.(ast.String); ok {
-					r.quoted(fmt.Sprintf("%s of %s", probe, what), string(s))
-				}
-			})
-		}
-		for _, k := range []string{"host", "path"} {
-			if s, ok := astjson.Find(p, []*ast.Term{ast.StringTerm("httpGet"), ast.StringTerm(k)}).(ast.String); ok {
-				r.quoted(fmt.Sprintf("%s of %s (httpGet %s)", probe, what, k), string(s))
+// gpuResources are the limits the SLURM plugin counts when it picks a GPU flavor.
+var gpuResources = []string{"nvidia.com/gpu", "amd.com/gpu"}
+
+func gpuLimits(c ast.Value) int64 {
+	var n int64
+	for _, name := range gpuResources {
+		if s, ok := astjson.Find(c, []*ast.Term{ast.StringTerm("resources"), ast.StringTerm("limits"), ast.StringTerm(name)}).(ast.String); ok {
+			if q, err := resource.ParseQuantity(string(s)); err == nil {
+				n += q.Value()
 			}
 		}
 	}
+	return n
+}
+
+// readMemoryLimit refuses a memory limit the SLURM plugin would write as --mem=0 (it
+// writes the limit in MiB rounded down), which sbatch reads as all of a node's memory.
+func (r *hpcRead) readMemoryLimit(c ast.Value, list string, i int) {
+	s, ok := astjson.Find(c, []*ast.Term{ast.StringTerm("resources"), ast.StringTerm("limits"), ast.StringTerm("memory")}).(ast.String)
+	if !ok {
+		return
+	}
+	q, err := resource.ParseQuantity(string(s))
+	if err != nil || q.Cmp(resource.MustParse("1Mi")) >= 0 {
+		return
+	}
+	r.bad(fmt.Sprintf("spec.%s[%d].resources.limits.memory", list, i),
+		fmt.Sprintf("%s is under 1Mi: the SLURM plugin would write --mem=0, which sbatch reads as all of the node's memory", string(s)))
 }
 
 // appendIDs adds the runAsUser and runAsGroup of the securityContext of obj.
@@ -293,21 +300,6 @@ func (r *hpcRead) hostPath(p, from string) {
 	))
 }
 
-// word records a value the plugins write unquoted, when it is not a plain word.
-func (r *hpcRead) word(what, v string) {
-	if err := slurmjob.PlainWord(v); err != nil {
-		r.bad(what, fmt.Sprintf("%q %v", v, err))
-	}
-}
-
-// quoted records a value the plugin writes between double quotes, when the shell would
-// still expand something in it.
-func (r *hpcRead) quoted(what, v string) {
-	if i := strings.IndexAny(v, "$`\"\\\n\r"); i >= 0 {
-		r.bad(what, fmt.Sprintf("%q contains %q: the plugin writes it between double quotes into the job script, where the shell would expand it", v, v[i]))
-	}
-}
-
 func (r *hpcRead) bad(what, msg string) {
 	r.inert, r.others = false, true
 	r.words = append(r.words, ast.ObjectTerm(
@@ -317,8 +309,22 @@ func (r *hpcRead) bad(what, msg string) {
 }
 
 func (r *hpcRead) value() ast.Value {
-	if len(r.ids) > 0 || r.hostMode {
+	if len(r.ids) > 0 || r.hostMode || len(r.bound) > 0 {
 		r.inert, r.others = false, true
+	}
+	bound := make([][2]*ast.Term, 0, len(scriptbound.Plugins))
+	for _, p := range scriptbound.Plugins {
+		var fs []*ast.Term
+		for _, f := range r.bound {
+			if f.Plugin == p {
+				fs = append(fs, ast.ObjectTerm(
+					ast.Item(ast.StringTerm("field"), ast.StringTerm(f.Field)),
+					ast.Item(ast.StringTerm("row"), ast.StringTerm(f.Row)),
+					ast.Item(ast.StringTerm("message"), ast.StringTerm(f.Message())),
+				))
+			}
+		}
+		bound = append(bound, ast.Item(ast.StringTerm(p), ast.ArrayTerm(fs...)))
 	}
 	obj := ast.NewObject(
 		ast.Item(ast.StringTerm("inert"), ast.BooleanTerm(r.inert)),
@@ -328,6 +334,8 @@ func (r *hpcRead) value() ast.Value {
 		ast.Item(ast.StringTerm("ids"), ast.ArrayTerm(r.ids...)),
 		ast.Item(ast.StringTerm("words"), ast.ArrayTerm(r.words...)),
 		ast.Item(ast.StringTerm("host_mode"), ast.BooleanTerm(r.hostMode)),
+		ast.Item(ast.StringTerm("gpus"), ast.IntNumberTerm(int(r.gpus))),
+		ast.Item(ast.StringTerm("script_bound"), ast.ObjectTerm(bound...)),
 	)
 	if r.sbatch != nil {
 		obj.Insert(ast.StringTerm("sbatch"), r.sbatch)

@@ -109,6 +109,7 @@ func wellFormedInputs(t testing.TB) []any {
 	t.Helper()
 	// Quantities the bridge's strict Pod decoding lets through (so not "lots").
 	quantities := []string{"1", "2", "100m", "1500m", "3", "5", "64Mi", "1Gi", "4Gi", "6Gi", "12Gi", "1e3", "4G", "0.5"}
+	memories := []string{"64Mi", "1Gi", "4Gi", "6Gi", "12Gi", "4G", "1e9", "1500Mi"}
 	tolerations := []any{
 		map[string]any{"key": "virtual-node.interlink/no-schedule", "operator": "Exists", "effect": "NoSchedule"},
 		map[string]any{"key": "hpc.example/gpu", "operator": "Equal", "value": "a100"},
@@ -171,6 +172,11 @@ func wellFormedInputs(t testing.TB) []any {
 					if r.IntN(4) > 0 {
 						q[name] = quantities[r.IntN(len(quantities))]
 					}
+				}
+				// Memory as pods set it, now and then under 1Mi (a limit the SLURM
+				// plugin writes as --mem=0, refused).
+				if _, ok := q["memory"]; ok && r.IntN(8) > 0 {
+					q["memory"] = memories[r.IntN(len(memories))]
 				}
 				res[kind] = q
 			}

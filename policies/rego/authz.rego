@@ -127,6 +127,7 @@ decision := {
 	is_object(hpc)
 	hpc_input := input.hpc
 	[1 | hpc_input.inert != true; hpc_input.sbatch_only != true] == []
+	[1 | hpc_input.gpus > 0; not hpc.gpu_auto] == []
 	[1 |
 		some name, value in hpc_input.sbatch.options
 		not hpc.options[name]
@@ -245,6 +246,7 @@ _pre_hpc_default(settings) := object.union(
 			not _hpc_value_lists[name]
 		},
 		"values": {name: settings[list] | some name, list in _hpc_value_lists},
+		"gpu_auto": settings.gpu_auto,
 	},
 	{"account": a | a := settings.account; is_string(a)},
 )

@@ -51,7 +51,7 @@ base := {
 }
 
 # input.hpc of a pod that sets nothing the HPC side reads (policies/hpc.go).
-inert_hpc := {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false}
+inert_hpc := {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "script_bound": {"slurm": [], "htcondor": []}}
 
 # with_spec merges extra fields into the base pod spec.
 with_spec(extra) := object.union(base, {"pod": object.union(base.pod, {"spec": object.union(base.pod.spec, extra)})})
@@ -826,10 +826,10 @@ test_precompute_hpc_defaults if {
 	pre := authz._precompute with data.interlink.hpc.tenants as {"*": {"uid": 20000, "sbatch_options": ["--time", "--uid", "--account"]}, "team-x": {"account": "proj-x", "partitions": ["cpu"]}, "bad": {"uid": "root"}}
 	no_values := {"--account": {}, "--partition": {}, "--qos": {}, "--reservation": {}}
 	pre.fast.hpc_defaults == {
-		"*": {"modifications": {"run_as_user": 20000}, "options": {"--time": true}, "values": no_values},
+		"*": {"modifications": {"run_as_user": 20000}, "options": {"--time": true}, "values": no_values, "gpu_auto": false},
 		"team-x": {
 			"account": "proj-x", "modifications": {"run_as_user": 20000}, "options": {"--time": true},
-			"values": object.union(no_values, {"--account": {"proj-x": true}, "--partition": {"cpu": true}}),
+			"values": object.union(no_values, {"--account": {"proj-x": true}, "--partition": {"cpu": true}}), "gpu_auto": false,
 		},
 		"bad": false,
 	}

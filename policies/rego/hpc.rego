@@ -178,6 +178,56 @@ _hpc_violations contains msg if {
 	msg := sprintf("%s is refused: %s", [w.what, w.error])
 }
 
+# Inert by default: every string of the pod the node's plugin writes into the job
+# script (package scriptbound's table: unquoted, between double quotes, or under no
+# row at all) must be inert there, unless the tenant's data opens its field
+# (open_fields: the table's pattern, or the field itself). A node whose plugin is not
+# known (no data.interlink.hpc.nodes entry, no interlink.io/plugin label, or a plugin
+# the table does not describe) is judged for every plugin the table describes.
+_hpc_violations contains msg if {
+	input.operation == "create"
+	some plugin in _hpc_plugins
+	some f in input.hpc.script_bound[plugin]
+	not _hpc.open_fields[f.row]
+	not _hpc.open_fields[f.field]
+	msg := concat("", [f.message, _hpc_plugins_note, " (data.interlink.hpc.tenants: open_fields)"])
+}
+
+# Without it (input.hpc made by something else than sar-bridge), nothing says
+# which strings are inert: refused.
+_hpc_violations contains msg if {
+	input.operation == "create"
+	_hpc_input
+	not is_object(input.hpc.script_bound)
+	msg := "input.hpc.script_bound is missing: whether the pod's strings are inert where the plugins write them cannot be judged (sar-bridge adds it to every pod decision)"
+}
+
+_hpc_plugins := {p} if {
+	p := _hpc_node_plugin
+	input.hpc.script_bound[p]
+} else := {p | some p, _ in input.hpc.script_bound}
+
+_hpc_plugins_note := "" if {
+	input.hpc.script_bound[_hpc_node_plugin]
+} else := sprintf(" (node %q names no plugin sar-bridge knows: judged for each; set its label interlink.io/plugin)", [input.node.name])
+
+# GPUs without a flavor: the SLURM plugin picks a flavor from the pod's GPU limits
+# by itself (its sbatch flags, uid and defaults), which the flavor rule above never
+# saw. Unless every flavor it may pick (data.interlink.hpc.auto_flavors) is one of
+# the tenant's, the pod must name one.
+_hpc_violations contains msg if {
+	input.operation == "create"
+	input.hpc.gpus > 0
+	"slurm" in _hpc_plugins
+	not input.pod.metadata.annotations["slurm-job.vk.io/flavor"]
+	not _hpc.gpu_auto
+	msg := sprintf("the pod's containers ask for %v GPUs (nvidia.com/gpu, amd.com/gpu limits) and it names no flavor: the SLURM plugin would pick a GPU flavor itself (data.interlink.hpc.auto_flavors: %s), not all of which tenant %q may use; name one of its flavors in annotation %q: allowed %s (data.interlink.hpc.tenants)", [input.hpc.gpus, _hpc_auto_flavors_text, _hpc_tenant, "slurm-job.vk.io/flavor", _hpc_allowed("flavors")])
+}
+
+_hpc_auto_flavors_text := json.marshal(data.interlink.hpc.auto_flavors) if data.interlink.hpc.auto_flavors
+
+else := "not configured"
+
 # HTCondor's host mode: a first container whose image contains "host" runs its
 # command on the worker, without a container.
 _hpc_violations contains msg if {

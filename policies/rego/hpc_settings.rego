@@ -21,8 +21,12 @@
 #         uid: 20001                       # set when the pod sets no runAsUser
 #         allow_root: false                # uid or gid 0
 #         htcondor_host_mode: false        # HTCondor's run-on-the-host mode
+#         open_fields: ["pod.spec.*containers[].args"]   # script-bound fields (a row of
+#                                          # scriptbound.Table, or a field) left to the tenant
 #     nodes:
 #       vk-condor: {plugin: htcondor}      # else the node's interlink.io/plugin label
+#     auto_flavors: [gpu1, gpu2]           # what the SLURM plugin picks itself for a pod
+#                                          # with GPU limits and no flavor ([]: none)
 #
 # Everything absent is closed: no option, value, flavor, path, uid or gid but those
 # listed. This follows sar-bridge's precompute convention (policies/precompute.go): `table`
@@ -70,7 +74,7 @@ _own_entry(name) := e if {
 
 _list_keys := {
 	"sbatch_options", "accounts", "partitions", "qos", "reservations", "flavors",
-	"singularity_options", "enroot_options", "mount_prefixes", "image_roots",
+	"singularity_options", "enroot_options", "mount_prefixes", "image_roots", "open_fields",
 }
 
 _settings(name) := _settings_of(_entry(name))
@@ -85,8 +89,23 @@ _settings_of(e) := object.union(
 		"account": _account_or_null(object.get(e, "account", null)),
 		"allow_root": object.get(e, "allow_root", false) == true,
 		"htcondor_host_mode": object.get(e, "htcondor_host_mode", false) == true,
+		"gpu_auto": _gpu_auto(e),
 	},
 )
+
+# The flavors the SLURM plugin may pick by itself for a pod that asks for GPUs and
+# names no flavor (data.interlink.hpc.auto_flavors: its GPU flavors and default
+# flavor; [] when it has none): a tenant's pods may leave the choice to the plugin
+# only when it may use every one of them. Unknown (not a list of strings): never.
+_gpu_auto(e) if {
+	auto := data.interlink.hpc.auto_flavors
+	_strings(auto)
+	every f in auto {
+		f in object.get(e, "flavors", [])
+	}
+}
+
+default _gpu_auto(_) := false
 
 # The accounts a tenant may name: its list, and its default account.
 _accounts(e) := object.union(

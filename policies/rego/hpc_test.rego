@@ -22,7 +22,7 @@ settings := {
 	"nodes": {"vk-condor": {"plugin": "htcondor"}},
 }
 
-inert := {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false}
+inert := {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "script_bound": {"slurm": [], "htcondor": []}}
 
 base := {
 	"operation": "create",
@@ -334,4 +334,49 @@ test_hpc_rules_ignored_for_delete_and_status if {
 		inp := object.union(ids([{"field": "spec.securityContext.runAsUser", "kind": "uid", "value": 0}]), {"operation": op})
 		count(authz._hpc_violations) == 0 with input as inp with data.interlink.hpc as settings
 	}
+}
+
+# Inert by default (scriptbound): the node's plugin's findings refuse the pod,
+# unless the tenant's data opens the field; a node whose plugin is not known is
+# judged for every plugin.
+bound := {
+	"slurm": [{"field": "spec.volumes[0].projected.sources[0].downwardAPI.items[0].path", "row": "pod.spec.volumes[].projected.sources[].downwardAPI.items[].path", "message": "S"}],
+	"htcondor": [{"field": "spec.containers[0].args[0]", "row": "pod.spec.*containers[].args", "message": "H"}],
+}
+
+test_script_bound_by_plugin if {
+	refused(pod({}, {}, {"script_bound": bound}), "H (node \"vk-a\" names no plugin sar-bridge knows: judged for each; set its label interlink.io/plugin) (data.interlink.hpc.tenants: open_fields); S (node \"vk-a\" names no plugin sar-bridge knows: judged for each; set its label interlink.io/plugin) (data.interlink.hpc.tenants: open_fields)")
+	slurm := object.union(pod({}, {}, {"script_bound": bound}), {"node": {"name": "vk-s", "labels": {"interlink.io/plugin": "slurm"}}})
+	refused(slurm, "S (data.interlink.hpc.tenants: open_fields)")
+	condor := object.union(pod({}, {}, {"script_bound": bound}), {"node": {"name": "vk-condor"}})
+	refused(condor, "H (data.interlink.hpc.tenants: open_fields)")
+
+	# A plugin the table does not describe: every plugin's findings.
+	other := object.union(pod({}, {}, {"script_bound": bound}), {"node": {"name": "vk-k", "labels": {"interlink.io/plugin": "kubernetes"}}})
+	count(decide(other).reason) > 0
+	not allowed(other)
+}
+
+test_script_bound_opened if {
+	condor := object.union(pod({}, {}, {"script_bound": bound}), {"node": {"name": "vk-condor"}})
+	open_row := object.union(settings, {"tenants": object.union(settings.tenants, {"tenant-a": object.union(settings.tenants["tenant-a"], {"open_fields": ["pod.spec.*containers[].args"]})})})
+	authz.decision.allowed with input as condor with data.interlink.hpc as open_row
+	open_field := object.union(settings, {"tenants": object.union(settings.tenants, {"tenant-a": object.union(settings.tenants["tenant-a"], {"open_fields": ["spec.containers[0].args[0]"]})})})
+	authz.decision.allowed with input as condor with data.interlink.hpc as open_field
+	other := object.union(settings, {"tenants": object.union(settings.tenants, {"tenant-a": object.union(settings.tenants["tenant-a"], {"open_fields": ["spec.containers[0].args[1]"]})})})
+	not authz.decision.allowed with input as condor with data.interlink.hpc as other
+}
+
+# GPUs without a flavor: allowed only when every flavor the plugin may pick by
+# itself is the tenant's.
+test_gpu_without_flavor if {
+	gpus := object.union(pod({}, {}, {}), {"hpc": object.union(inert, {"gpus": 1})})
+	refused(gpus, "the pod's containers ask for 1 GPUs (nvidia.com/gpu, amd.com/gpu limits) and it names no flavor: the SLURM plugin would pick a GPU flavor itself (data.interlink.hpc.auto_flavors: not configured), not all of which tenant \"tenant-a\" may use; name one of its flavors in annotation \"slurm-job.vk.io/flavor\": allowed default (data.interlink.hpc.tenants)")
+	not authz.decision.allowed with input as gpus with data.interlink.hpc as object.union(settings, {"auto_flavors": ["gpu1"]})
+	authz.decision.allowed with input as gpus with data.interlink.hpc as object.union(settings, {"auto_flavors": ["default"]})
+	authz.decision.allowed with input as gpus with data.interlink.hpc as object.union(settings, {"auto_flavors": []})
+	allowed(object.union(gpus, {"pod": {"metadata": {"name": "p", "namespace": "team-a", "annotations": {"slurm-job.vk.io/flavor": "default"}}, "spec": base.pod.spec}}))
+
+	# An HTCondor node picks no SLURM flavor.
+	allowed(object.union(gpus, {"node": {"name": "vk-condor"}}))
 }

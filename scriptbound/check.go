@@ -1,0 +1,224 @@
+package scriptbound
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Finding is a string a plugin would write where it is not inert.
+type Finding struct {
+	Plugin string
+	Field  string // the field, from where the walk started: spec.containers[0].args[1]
+	Row    string // the table's pattern that covers it; "" for a field no row names
+	How    How
+	Err    error
+}
+
+// Message names the field, how the plugin writes it and what is wrong, never the
+// value (it may be a credential).
+func (f Finding) Message() string {
+	plugin := map[string]string{SLURM: "the SLURM plugin", HTCondor: "the HTCondor plugin"}[f.Plugin]
+	switch f.How {
+	case Unseen:
+		return fmt.Sprintf("%s: %s resolves its value later and writes it unquoted into the job script, so it cannot be judged", f.Field, plugin)
+	case DoubleQuoted:
+		return fmt.Sprintf("%s %v: %s writes it between double quotes into the job script, where the shell would still expand it; allowed: %s", f.Field, f.Err, plugin, DoubleQuotedText)
+	}
+	row := f.Row
+	if row == "" {
+		return fmt.Sprintf("%s %v: no plugin is known to quote it, so it counts as written unquoted into the job script; allowed: %s", f.Field, f.Err, Word)
+	}
+	return fmt.Sprintf("%s %v: %s writes it unquoted into the job script; allowed: %s", f.Field, f.Err, plugin, f.rule())
+}
+
+func (f Finding) rule() Rule {
+	for _, r := range Table {
+		if r.Field == f.Row {
+			return r.For(f.Plugin).Rule
+		}
+	}
+	return Word
+}
+
+var root = func() *node {
+	n, err := compile(Table)
+	if err != nil {
+		panic(err) // the table is a constant of this package, tested
+	}
+	return n
+}()
+
+// CheckPod walks every string of a pod value (input.pod) and returns, for each plugin,
+// the strings it would write where they are not inert.
+func CheckPod(pod ast.Value) []Finding {
+	return walk(root.member("pod"), pod)
+}
+
+// CheckBody walks a /create body's members other than "pod" (decided as a pod).
+func CheckBody(body ast.Object) []Finding {
+	var w walker
+	body.Foreach(func(k, v *ast.Term) {
+		name, ok := k.Value.(ast.String)
+		if !ok || name == "pod" {
+			return
+		}
+		w.path = append(w.path[:0], string(name))
+		w.value(root.member(string(name)), [2]*Row{}, v.Value)
+	})
+	return w.findings
+}
+
+func walk(n *node, v ast.Value) []Finding {
+	var w walker
+	w.value(n, [2]*Row{}, v)
+	return w.findings
+}
+
+// walker walks a value beside the compiled table. rows holds, per plugin (in the
+// order of Plugins), the row that covers the current field; nil is the default
+// (unquoted, a plain word). A plugin for which the field is settled (not written,
+// escaped, judged elsewhere, or already reported) walks on with muted set.
+type walker struct {
+	path     []any // member names (string) and indexes (int) from the start
+	findings []Finding
+}
+
+var mutedRow = &Row{Field: "(muted)"}
+
+func (w *walker) value(n *node, rows [2]*Row, v ast.Value) {
+	if n != nil && n.row != nil {
+		for i, p := range Plugins {
+			if rows[i] == mutedRow {
+				continue
+			}
+			rows[i] = n.row
+			if wr := n.row.For(p); wr.How == Unseen {
+				w.report(p, n.row, wr.How, nil)
+				rows[i] = mutedRow
+			}
+		}
+	}
+	if !w.checks(rows) && n.leaf() {
+		return // nothing below is written, and no row below says otherwise
+	}
+	switch v := v.(type) {
+	case ast.String:
+		for i, p := range Plugins {
+			w.checkString(p, rows[i], string(v))
+		}
+	case ast.Object:
+		v.Foreach(func(k, val *ast.Term) {
+			name, ok := k.Value.(ast.String)
+			if !ok {
+				return
+			}
+			w.path = append(w.path, string(name))
+			if n != nil && n.keys != nil && n.keys.row != nil {
+				for _, p := range Plugins {
+					w.checkString(p, n.keys.row, string(name))
+				}
+			}
+			w.value(n.member(string(name)), rows, val.Value)
+			w.path = w.path[:len(w.path)-1]
+		})
+	case *ast.Array:
+		var elements *node
+		if n != nil {
+			elements = n.elements
+		}
+		for i := range v.Len() {
+			w.path = append(w.path, i)
+			w.value(elements, rows, v.Elem(i).Value)
+			w.path = w.path[:len(w.path)-1]
+		}
+	}
+}
+
+// leaf: no row below n.
+func (n *node) leaf() bool {
+	return n == nil || len(n.members) == 0 && len(n.globs) == 0 && n.elements == nil && n.keys == nil
+}
+
+// checks: some plugin checks the strings of the current field.
+func (w *walker) checks(rows [2]*Row) bool {
+	for i, p := range Plugins {
+		if rows[i] == nil {
+			return true
+		}
+		if rows[i] == mutedRow {
+			continue
+		}
+		if h := rows[i].For(p).How; h == Unquoted || h == DoubleQuoted {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *walker) checkString(plugin string, row *Row, v string) {
+	if row == mutedRow {
+		return
+	}
+	wr := Writing{How: Unquoted, Rule: Word}
+	if row != nil {
+		wr = row.For(plugin)
+	}
+	var err error
+	switch wr.How {
+	case Unquoted:
+		err = wr.Rule.Check(v)
+	case DoubleQuoted:
+		err = DoubleQuotedText.Check(v)
+	default:
+		return
+	}
+	if err != nil {
+		w.report(plugin, row, wr.How, err)
+	}
+}
+
+func (w *walker) report(plugin string, row *Row, how How, err error) {
+	f := Finding{Plugin: plugin, Field: FieldName(w.path), How: how, Err: err}
+	if row != nil {
+		f.Row = row.Field
+	}
+	w.findings = append(w.findings, f)
+}
+
+// FieldName writes a path as kubectl's JSONPath-like names do: spec.containers[0].env[2].value,
+// metadata.annotations["interlink.eu/pod-ip"].
+func FieldName(path []any) string {
+	var b strings.Builder
+	for _, p := range path {
+		switch p := p.(type) {
+		case int:
+			b.WriteString("[" + strconv.Itoa(p) + "]")
+		case string:
+			if isIdentifier(p) {
+				if b.Len() > 0 {
+					b.WriteByte('.')
+				}
+				b.WriteString(p)
+			} else {
+				b.WriteString("[" + strconv.Quote(p) + "]")
+			}
+		}
+	}
+	return b.String()
+}
+
+func isIdentifier(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
