@@ -30,6 +30,7 @@ type interlinkConfig struct {
 	pluginDialTimeout time.Duration
 	readTimeout       time.Duration
 	vkManagers        []string
+	allowJobScript    bool
 
 	// Parsed by validate.
 	address interlink.ListenAddress
@@ -46,6 +47,7 @@ func (c *interlinkConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.pluginTimeout, "interlink.plugin-timeout", 2*time.Minute, "Longest wait for the plugin's response headers (a streamed /getLogs body is not bounded).")
 	fs.DurationVar(&c.pluginDialTimeout, "interlink.plugin-dial-timeout", 5*time.Second, "Longest wait to connect to the plugin.")
 	fs.DurationVar(&c.readTimeout, "interlink.read-timeout", time.Minute, "Longest time to read one request from interLink, body included.")
+	fs.BoolVar(&c.allowJobScript, "interlink.allow-job-script", false, "Forward creates whose body carries a jobScript (interLink's JobScriptBuilderURL or JobScriptTemplate): the SLURM plugin runs it on the HPC host as it is, outside any container and unjudged. Off: such creates get 403.")
 	fs.StringSliceVar(&c.vkManagers, "interlink.vk-field-managers", []string{"vk", "virtual-kubelet"},
 		"Field managers (repeatable or comma-separated) under which interLink's Virtual Kubelet writes slurm-job.vk.io/pre-exec and interlink.eu/wstunnel-client-commands into pods. "+
 			"It names none, so the API server takes its binary's name: vk in interLink's image, virtual-kubelet in its release archives. "+
@@ -103,6 +105,7 @@ func startInterlink(ctx context.Context, g *errgroup.Group, o serveOptions, deci
 		Plugin: c.plugin, DecisionPath: strings.Split(strings.Trim(c.decisionPath, "/"), "/"),
 		MaxBodyBytes: c.maxBodyBytes, DecisionTimeout: c.decisionTimeout,
 		PluginTimeout: c.pluginTimeout, PluginDialTimeout: c.pluginDialTimeout,
+		AllowJobScript: c.allowJobScript,
 		Logger: logger, Registerer: reg,
 	})
 	if err != nil {

@@ -56,6 +56,9 @@ type Options struct {
 	PluginTimeout time.Duration
 	// PluginDialTimeout bounds connecting to the plugin.
 	PluginDialTimeout time.Duration
+	// AllowJobScript forwards creates whose body carries a jobScript (interLink's
+	// JobScriptBuilderURL or template), which the SLURM plugin runs on the host.
+	AllowJobScript bool
 	Logger            log.Logger
 	Registerer        prometheus.Registerer
 }
@@ -256,6 +259,11 @@ func (r *Relay) create(w http.ResponseWriter, req *http.Request) {
 	body, err := parseCreate(raw)
 	if err != nil {
 		r.refuse(w, http.StatusBadRequest, outcomeInvalid, "bad request: "+err.Error())
+		return
+	}
+	// Before the decision, so that a refused body charges no quota.
+	if msg := screenBody(raw, r.opts.AllowJobScript); msg != "" {
+		r.refuse(w, http.StatusForbidden, outcomeDenied, "denied: "+msg)
 		return
 	}
 	v, status, outcome, err := r.decide(req.Context(), body)

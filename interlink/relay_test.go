@@ -230,16 +230,17 @@ func (h *harness) do(t *testing.T, method, path string, body []byte) (*http.Resp
 
 func TestCreate(t *testing.T) {
 	tests := []struct {
-		name       string
-		path       string
-		body       string
-		decider    *fakeDecider
-		maxBody    int64
-		wantStatus int
-		wantBody   string // exact; "" with a forwarded create means the plugin's answer
-		forwarded  bool
-		decided    bool
-		outcome    string
+		name        string
+		path        string
+		body        string
+		decider     *fakeDecider
+		maxBody     int64
+		noJobScript bool // without --interlink.allow-job-script
+		wantStatus  int
+		wantBody    string // exact; "" with a forwarded create means the plugin's answer
+		forwarded   bool
+		decided     bool
+		outcome     string
 	}{
 		{name: "allowed", path: "/create", body: createBodyFixture, decider: &fakeDecider{d: allowed(nil)},
 			wantStatus: http.StatusCreated, wantBody: pluginAnswer, forwarded: true, decided: true, outcome: outcomeAllowed},
@@ -275,12 +276,17 @@ func TestCreate(t *testing.T) {
 			wantStatus: http.StatusBadRequest, wantBody: "sar-bridge: bad request: body: value of \"pod\": unexpected EOF", outcome: outcomeInvalid},
 		{name: "no pod", path: "/create", body: `{"container": []}`, decider: &fakeDecider{d: allowed(nil)},
 			wantStatus: http.StatusBadRequest, wantBody: `sar-bridge: bad request: body: "pod" is required and must be a JSON object`, outcome: outcomeInvalid},
+		{name: "jobScript without --interlink.allow-job-script", path: "/create", body: createBodyFixture, noJobScript: true, decider: &fakeDecider{d: allowed(nil)},
+			wantStatus: http.StatusForbidden, wantBody: "sar-bridge: denied: jobScript is set: the SLURM plugin writes it to jobScript.sh and runs it on the HPC host as it is (--interlink.allow-job-script lets it through)", outcome: outcomeDenied},
+		{name: "a volume map key the plugins would write unquoted", path: "/create", decider: &fakeDecider{d: allowed(nil)},
+			body:       `{"pod": {"metadata": {"name": "p"}}, "container": [{"name": "main", "projectedvolumemaps": [{"metadata": {"name": "v"}, "data": {"ok/token": "x", "x$(touch owned)": "y"}}]}]}`,
+			wantStatus: http.StatusForbidden, wantBody: `sar-bridge: denied: container[0].projectedvolumemaps[0].data["x$(touch owned)"] contains '$' (byte 1): the SLURM plugin writes it unquoted into the job script; allowed: a relative path of plain segments (letters, digits and _ . -, no . or .. segment)`, outcome: outcomeDenied},
 		{name: "too large", path: "/create", body: createBodyFixture, maxBody: 64, decider: &fakeDecider{d: allowed(nil)},
 			wantStatus: http.StatusRequestEntityTooLarge, wantBody: "sar-bridge: bad request: body larger than 64 bytes (--interlink.max-body-bytes)", outcome: outcomeInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, tt.decider, Options{MaxBodyBytes: tt.maxBody, DecisionTimeout: 200 * time.Millisecond})
+			h := newHarness(t, tt.decider, Options{MaxBodyBytes: tt.maxBody, DecisionTimeout: 200 * time.Millisecond, AllowJobScript: !tt.noJobScript})
 			res, body := h.do(t, http.MethodPost, tt.path, []byte(tt.body))
 			if res.StatusCode != tt.wantStatus || string(body) != tt.wantBody {
 				t.Fatalf("got %d %q, want %d %q", res.StatusCode, body, tt.wantStatus, tt.wantBody)
@@ -311,7 +317,7 @@ func TestCreateForwardsModifiedBody(t *testing.T) {
 		"pod_annotations": map[string]any{"b": "p-7"},
 		"resource_limits": map[string]any{"main": map[string]any{"cpu": "1", "memory": "1Gi"}},
 	})}
-	h := newHarness(t, d, Options{})
+	h := newHarness(t, d, Options{AllowJobScript: true})
 	res, body := h.do(t, http.MethodPost, "/create", []byte(createBodyFixture))
 	if res.StatusCode != http.StatusCreated || string(body) != pluginAnswer || res.Header.Get("X-Plugin") != "slurm" {
 		t.Fatalf("answer %d %q %v", res.StatusCode, body, res.Header)
@@ -486,7 +492,7 @@ func TestGetLogsStreams(t *testing.T) {
 }
 
 func TestPluginUnreachable(t *testing.T) {
-	h := newHarness(t, &fakeDecider{d: allowed(nil)}, Options{})
+	h := newHarness(t, &fakeDecider{d: allowed(nil)}, Options{AllowJobScript: true})
 	h.plugin.srv.Close()
 	for path, method := range map[string]string{"/create": http.MethodPost, "/status": http.MethodGet} {
 		res, body := h.do(t, method, path, []byte(createBodyFixture))
@@ -532,7 +538,7 @@ func TestUnixSockets(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &fakeDecider{d: allowed(nil)}
-	relay, err := New(d, Options{Plugin: pl})
+	relay, err := New(d, Options{Plugin: pl, AllowJobScript: true})
 	if err != nil {
 		t.Fatal(err)
 	}
