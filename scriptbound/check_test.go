@@ -1,6 +1,7 @@
 package scriptbound
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -130,5 +131,16 @@ func TestTablePatterns(t *testing.T) {
 	}
 	if _, err := compile(append(slices.Clone(Table), Table[0])); err == nil {
 		t.Error("a field twice compiles")
+	}
+}
+
+// The README's table is this package's, so that the docs cannot drift from the rules.
+func TestREADMEShowsTheTable(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := Markdown(); !strings.Contains(string(readme), want) {
+		t.Errorf("README.md does not show the table scriptbound.Table makes; put this in its HPC section:\n%s", want)
 	}
 }

@@ -8,9 +8,12 @@ package interlink.authz
 #
 #   input.quota.tenant:    {resource: amount} the tenant holds on virtual nodes
 #   input.quota.node:      the same on the target node, for a node the quota caps
-#   input.quota.request:   what this pod holds: per container its limit, else its
-#                          request, summed as the scheduler sums (init peak vs
-#                          the containers' sum, plus overhead); "pods" is 1
+#   input.quota.request:   what this pod holds, as the SLURM plugin allocates it
+#                          (tenants.PodAmounts): per container its CPU rounded up
+#                          to whole cores and its memory to whole MiB (limit, else
+#                          the flags' --cpus-per-task/--mem, else the request),
+#                          summed as the scheduler sums (init peak vs the
+#                          containers' sum, plus overhead); "pods" is 1
 #   input.quota.hard:      the tenant's hard amounts
 #   input.quota.node_hard: its hard amounts on the target node
 #
