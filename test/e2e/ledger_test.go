@@ -954,8 +954,8 @@ func TestLedgerWhatAPodHolds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := p.Annotations["sar-bridge.io/charged-amounts"]; got != "cpu=32,pods=1" || p.Labels[chargedLabel] != resizeTenant {
-			t.Fatalf("the confirmed pod: labels %v, charged amounts %q; want charged to %s with cpu=32,pods=1", p.Labels, got, resizeTenant)
+		if got := p.Annotations["sar-bridge.io/charged-amounts"]; got != "cpu=32,memory=1Mi,pods=1" || p.Labels[chargedLabel] != resizeTenant {
+			t.Fatalf("the confirmed pod: labels %v, charged amounts %q; want charged to %s with cpu=32,memory=1Mi,pods=1", p.Labels, got, resizeTenant)
 		}
 
 		rounds := metric(t, b, "sar_bridge_ledger_reconciles_total", nil)

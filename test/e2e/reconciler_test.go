@@ -243,7 +243,7 @@ func TestLedgerReconciler(t *testing.T) {
 
 	t.Run("confirmed on the pods", func(t *testing.T) {
 		lrWaitUsed(t, c, "3/9 pending 1")
-		for _, p := range []struct{ name, amounts string }{{"job-a", "cpu=2,pods=1"}, {"job-b", "cpu=3,pods=1"}} {
+		for _, p := range []struct{ name, amounts string }{{"job-a", "cpu=2,memory=1Mi,pods=1"}, {"job-b", "cpu=3,memory=1Mi,pods=1"}} {
 			got, err := suite.cluster.Client.CoreV1().Pods(lrNS).Get(ctx, p.name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
