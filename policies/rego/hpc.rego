@@ -181,9 +181,10 @@ _hpc_violations contains msg if {
 # Inert by default: every string of the pod the node's plugin writes into the job
 # script (package scriptbound's table: unquoted, between double quotes, or under no
 # row at all) must be inert there, unless the tenant's data opens its field
-# (open_fields: the table's pattern, or the field itself). A node whose plugin is not
-# known (no data.interlink.hpc.nodes entry, no interlink.io/plugin label, or a plugin
-# the table does not describe) is judged for every plugin the table describes.
+# (open_fields: the table's pattern, or the field itself). The node's plugin is
+# data.interlink.hpc.nodes' entry, else its interlink.io/plugin label, else
+# data.interlink.hpc.default_plugin, else slurm (interLink's own); a plugin the
+# table does not describe is judged as every plugin it describes.
 _hpc_violations contains msg if {
 	input.operation == "create"
 	some plugin in _hpc_plugins
@@ -202,14 +203,20 @@ _hpc_violations contains msg if {
 	msg := "input.hpc.script_bound is missing: whether the pod's strings are inert where the plugins write them cannot be judged (sar-bridge adds it to every pod decision)"
 }
 
-_hpc_plugins := {p} if {
-	p := _hpc_node_plugin
-	input.hpc.script_bound[p]
+_hpc_plugins := {_hpc_plugin} if {
+	input.hpc.script_bound[_hpc_plugin]
 } else := {p | some p, _ in input.hpc.script_bound}
 
+_hpc_plugin := p if {
+	p := _hpc_node_plugin
+} else := p if {
+	p := _hpc_table.default_plugin
+	is_string(p)
+} else := "slurm"
+
 _hpc_plugins_note := "" if {
-	input.hpc.script_bound[_hpc_node_plugin]
-} else := sprintf(" (node %q names no plugin sar-bridge knows: judged for each; set its label interlink.io/plugin)", [input.node.name])
+	input.hpc.script_bound[_hpc_plugin]
+} else := sprintf(" (node %q is served by plugin %q, which sar-bridge does not know: judged as every plugin it knows)", [input.node.name, _hpc_plugin])
 
 # GPUs without a flavor: the SLURM plugin picks a flavor from the pod's GPU limits
 # by itself (its sbatch flags, uid and defaults), which the flavor rule above never

@@ -25,6 +25,7 @@
 #                                          # scriptbound.Table, or a field) left to the tenant
 #     nodes:
 #       vk-condor: {plugin: htcondor}      # else the node's interlink.io/plugin label
+#     default_plugin: slurm                # a node's plugin when neither nodes nor its label say
 #     auto_flavors: [gpu1, gpu2]           # what the SLURM plugin picks itself for a pod
 #                                          # with GPU limits and no flavor ([]: none)
 #
@@ -54,7 +55,13 @@ _precompute := {
 		p := entry.plugin
 		is_string(p)
 	},
+	"default_plugin": _default_plugin,
 }
+
+_default_plugin := p if {
+	p := data.interlink.hpc.default_plugin
+	is_string(p)
+} else := null
 
 # "*" always, and every tenant data names.
 _names := {"*"} | {name |

@@ -345,7 +345,10 @@ bound := {
 }
 
 test_script_bound_by_plugin if {
-	refused(pod({}, {}, {"script_bound": bound}), "H (node \"vk-a\" names no plugin sar-bridge knows: judged for each; set its label interlink.io/plugin) (data.interlink.hpc.tenants: open_fields); S (node \"vk-a\" names no plugin sar-bridge knows: judged for each; set its label interlink.io/plugin) (data.interlink.hpc.tenants: open_fields)")
+	# A node that names no plugin: slurm, unless data says otherwise.
+	refused(pod({}, {}, {"script_bound": bound}), "S (data.interlink.hpc.tenants: open_fields)")
+	d := authz.decision with input as pod({}, {}, {"script_bound": bound}) with data.interlink.hpc as object.union(settings, {"default_plugin": "htcondor"})
+	d.reason == "H (data.interlink.hpc.tenants: open_fields)"
 	slurm := object.union(pod({}, {}, {"script_bound": bound}), {"node": {"name": "vk-s", "labels": {"interlink.io/plugin": "slurm"}}})
 	refused(slurm, "S (data.interlink.hpc.tenants: open_fields)")
 	condor := object.union(pod({}, {}, {"script_bound": bound}), {"node": {"name": "vk-condor"}})
@@ -353,8 +356,7 @@ test_script_bound_by_plugin if {
 
 	# A plugin the table does not describe: every plugin's findings.
 	other := object.union(pod({}, {}, {"script_bound": bound}), {"node": {"name": "vk-k", "labels": {"interlink.io/plugin": "kubernetes"}}})
-	count(decide(other).reason) > 0
-	not allowed(other)
+	refused(other, "H (node \"vk-k\" is served by plugin \"kubernetes\", which sar-bridge does not know: judged as every plugin it knows) (data.interlink.hpc.tenants: open_fields); S (node \"vk-k\" is served by plugin \"kubernetes\", which sar-bridge does not know: judged as every plugin it knows) (data.interlink.hpc.tenants: open_fields)")
 }
 
 test_script_bound_opened if {
