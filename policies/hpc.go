@@ -2,6 +2,7 @@ package policies
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -132,9 +133,12 @@ func (r *hpcRead) readAnnotations(annotations ast.Object) {
 		}
 	}
 	if v, ok := get(slurmjob.FlagsAnnotation); ok {
-		var readable bool
-		r.sbatch, readable = sbatchValue(v)
-		r.others = r.others || !readable
+		opts, err := slurmjob.ParseFlags(v)
+		r.sbatch = sbatchValue(opts, err)
+		r.others = r.others || err != nil
+		if memZero.MatchString(lastValue(opts, "--mem")) {
+			r.bad(fmt.Sprintf("annotation %q", slurmjob.FlagsAnnotation), "--mem=0 asks sbatch for all of the node's memory")
+		}
 	} else if annotations.Get(ast.StringTerm(slurmjob.FlagsAnnotation)) != nil {
 		r.others = true // not a string
 	}
@@ -166,16 +170,29 @@ func (r *hpcRead) readAnnotations(annotations ast.Object) {
 	}
 }
 
-// sbatchValue is input.hpc.sbatch for a flags annotation's value, and whether it
-// could be read.
-func sbatchValue(flags string) (*ast.Term, bool) {
-	opts, err := slurmjob.ParseFlags(flags)
+// memZero is a --mem value sbatch reads as "all the memory of the node".
+var memZero = regexp.MustCompile(`^0+(\.0*)?[KMGTkmgt]?[Bb]?$`)
+
+// lastValue is the value sbatch reads for a long option (a repeated key keeps the later
+// value), "" when none.
+func lastValue(opts []slurmjob.Option, name string) string {
+	v := ""
+	for _, o := range opts {
+		if o.Name == name {
+			v = o.Value
+		}
+	}
+	return v
+}
+
+// sbatchValue is input.hpc.sbatch for a flags annotation's options as parsed.
+func sbatchValue(opts []slurmjob.Option, err error) *ast.Term {
 	if err != nil {
 		return ast.ObjectTerm(
 			ast.Item(ast.StringTerm("options"), ast.ObjectTerm()),
 			ast.Item(ast.StringTerm("order"), ast.ArrayTerm()),
 			ast.Item(ast.StringTerm("error"), errorTerm(err)),
-		), false
+		)
 	}
 	byName := make([][2]*ast.Term, 0, len(opts))
 	order := make([]*ast.Term, 0, len(opts))
@@ -191,7 +208,7 @@ func sbatchValue(flags string) (*ast.Term, bool) {
 		ast.Item(ast.StringTerm("options"), ast.ObjectTerm(byName...)),
 		ast.Item(ast.StringTerm("order"), ast.ArrayTerm(order...)),
 		ast.Item(ast.StringTerm("error"), ast.NullTerm()),
-	), true
+	)
 }
 
 func errorTerm(err error) *ast.Term {

@@ -48,6 +48,10 @@ func TestPodHPC(t *testing.T) {
 		{"a memory limit the plugin would write as --mem=0", `{"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"memory": "1Ki"}}}, {"name": "d", "image": "i", "resources": {"limits": {"memory": "1Mi"}}}]}}`,
 			`{"inert": false, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "host_mode": false, "gpus": 0, "words": [
 			    {"what": "spec.containers[0].resources.limits.memory", "error": "1Ki is under 1Mi: the SLURM plugin would write --mem=0, which sbatch reads as all of the node's memory"}]}`, nil},
+		{"sbatch --mem=0: all of the node's memory", `{"metadata": {"annotations": {"slurm-job.vk.io/flags": "--mem=0 --time=1"}}}`,
+			`{"inert": false, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "host_mode": false, "gpus": 0,
+			  "sbatch": {"options": {"--mem": "0", "--time": "1"}, "order": ["--mem", "--time"], "error": null},
+			  "words": [{"what": "annotation \"slurm-job.vk.io/flags\"", "error": "--mem=0 asks sbatch for all of the node's memory"}]}`, nil},
 		{"pod IP with a zone", `{"metadata": {"annotations": {"interlink.eu/pod-ip": "fe80::1%$(touch${IFS}owned)"}}}`,
 			`{"inert": false, "sbatch_only": false, ` + empty + `, "pod_ip": {"valid": false}}`, nil},
 		{"pod IP, valid", `{"metadata": {"annotations": {"interlink.eu/pod-ip": "10.0.0.7"}}}`,
