@@ -43,7 +43,7 @@ import (
 // the pod names none. script_bound has, for each plugin package scriptbound describes,
 // every string of the pod that plugin would write where it is not inert (unquoted and
 // not a plain word, between double quotes with $ in it, ...). inert is true when the pod sets
-// none of these, so that nothing of the HPC rules applies to it but the tenant's
+// none of these but script_bound (whose findings depend on the node's plugin), so that nothing of the HPC rules applies to it but the tenant's
 // defaults; sbatch_only when all it sets is a flags annotation that could be read (the
 // default policy's fast path decides both). writers is not PodHPC's: the authorizer adds
 // it, for the relay and the Data API, from the live pod's managedFields (who wrote
@@ -326,7 +326,9 @@ func (r *hpcRead) bad(what, msg string) {
 }
 
 func (r *hpcRead) value() ast.Value {
-	if len(r.ids) > 0 || r.hostMode || len(r.bound) > 0 {
+	// script_bound does not count: which plugin's findings apply depends on the node,
+	// so the fast path (authz.rego) reads them for the node's plugin.
+	if len(r.ids) > 0 || r.hostMode {
 		r.inert, r.others = false, true
 	}
 	bound := make([][2]*ast.Term, 0, len(scriptbound.Plugins))

@@ -128,6 +128,8 @@ decision := {
 	hpc_input := input.hpc
 	[1 | hpc_input.inert != true; hpc_input.sbatch_only != true] == []
 	[1 | hpc_input.gpus > 0; not hpc.gpu_auto] == []
+	is_object(hpc_input.script_bound)
+	[1 | some p in _hpc_plugins; count(hpc_input.script_bound[p]) > 0] == []
 	[1 |
 		some name, value in hpc_input.sbatch.options
 		not hpc.options[name]
