@@ -25,22 +25,14 @@ import (
 // (mvdan.cc/sh/v3/syntax), which must find every byte of every pod string in a
 // literal part of a single word, or in a whole-line comment (checkShell).
 //
-// When it was written (policy at 243fbe6) it found, and reports until they are fixed:
-//   - HTCondor's host mode (a first image containing "host": #!<command[-1]>, then
-//     args[-1] as the script, on the execute node, no container) is refused only when
-//     the node's plugin comes from data or the label (_hpc_node_plugin), not when it is
-//     hpc.default_plugin or a plugin the table does not know (judged as every plugin);
-//   - an image the plugin writes as an empty word (HTCondor: an absolute image outside
-//     /cvmfs without htcondor-job.knoc.io/image-root; either plugin: an empty or missing
-//     image) puts command[0] or args[0] where singularity reads its image and options:
-//     command ["--bind=/:/host", "docker://busybox", ...] mounts the host's / without
-//     the mount_prefixes or singularity_options rules seeing it;
-//   - metadata.namespace and metadata.uid (rule Word: "/" and "." allowed) form the
-//     path job.slurm runs as a command (<root><namespace>-<uid>/job.sh), which a "/"
-//     moves out of the plugin's data directory;
-//   - a container name (rule Word) in the SLURM plugin's probe variables
-//     (READINESS_PROBE_<name>_0_PID=$!): with "." or "/" the line is no assignment but a
-//     command, with "/" a relative path bash runs (EnableProbes).
+// When it was written (policy at 243fbe6) it found four holes, since closed: HTCondor's
+// host mode refused only where data or the label named the plugin (now wherever the
+// node's plugin is or may be HTCondor); an image written as an empty word, so that
+// command[0] stood where singularity reads its image and options (empty images, and on
+// HTCondor absolute images outside /cvmfs without htcondor-job.knoc.io/image-root, are
+// refused: scriptbound.Image, htcondorImages); a namespace or uid with "/" or "."
+// choosing the path job.slurm runs, and a container name with "." or "/" turning the
+// SLURM plugin's probe variables into commands (scriptbound.Identifier).
 
 // renderData opens nothing risky but lets ordinary pods through.
 const renderData = `{"interlink": {"hpc": {
@@ -176,7 +168,7 @@ func (g *podGen) pod() map[string]any {
 		"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{
 			"name":        g.v("job-7f9c", "p", "train.1"),
-			"namespace":   g.v("team-a", "ns1", "a.b"),
+			"namespace":   g.v("team-a", "ns1", "a-b"),
 			"uid":         g.v(g.uuid(), g.uuid(), g.uuid()),
 			"annotations": ann,
 		},
@@ -267,7 +259,7 @@ func (g *podGen) container(name string, first bool, volumes []any, probes bool) 
 		images = []string{"localhost:5000/app", "ghost/app"} // HTCondor's host mode
 	}
 	c := map[string]any{
-		"name":      g.v(name, name+"-x", name+".y"),
+		"name":      g.v(name, name+"-x", name+"-y"),
 		"image":     g.v(images...),
 		"resources": map[string]any{"limits": map[string]any{"cpu": "1", "memory": "1Gi"}},
 	}

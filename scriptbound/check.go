@@ -28,6 +28,9 @@ func (f Finding) Message() string {
 		return fmt.Sprintf("%s %v: %s writes it between double quotes into the job script, where the shell would still expand it; allowed: %s", f.Field, f.Err, plugin, DoubleQuotedText)
 	}
 	row := f.Row
+	if row == "" && f.Plugin == HTCondor && strings.HasSuffix(f.Field, ".image") {
+		return fmt.Sprintf("%s %v", f.Field, f.Err)
+	}
 	if row == "" {
 		return fmt.Sprintf("%s %v: no plugin is known to quote it, so it counts as written unquoted into the job script; allowed: %s", f.Field, f.Err, Word)
 	}
@@ -54,7 +57,51 @@ var root = func() *node {
 // CheckPod walks every string of a pod value (input.pod) and returns, for each plugin,
 // the strings it would write where they are not inert.
 func CheckPod(pod ast.Value) []Finding {
-	return walk(root.member("pod"), pod)
+	var w walker
+	w.value(root.member("pod"), [2]*Row{}, pod)
+	if obj, ok := pod.(ast.Object); ok {
+		w.htcondorImages(obj)
+	}
+	return w.findings
+}
+
+// htcondorImages: the HTCondor plugin writes an absolute image path outside /cvmfs
+// after the htcondor-job.knoc.io/image-root annotation, and as nothing at all when the
+// pod has none: the command's first word would then stand where singularity reads
+// the image, and its options before it.
+func (w *walker) htcondorImages(pod ast.Object) {
+	if get(pod, "metadata", "annotations", "htcondor-job.knoc.io/image-root") != nil {
+		return
+	}
+	cs, ok := get(pod, "spec", "containers").(*ast.Array)
+	if !ok {
+		return
+	}
+	for i := range cs.Len() {
+		image, ok := get(cs.Elem(i).Value, "image").(ast.String)
+		if !ok || !strings.HasPrefix(string(image), "/") || strings.HasPrefix(string(image), "/cvmfs") {
+			continue
+		}
+		w.path = append(w.path[:0], "spec", "containers", i, "image")
+		w.report(HTCondor, nil, Unquoted, fmt.Errorf("is an absolute path outside /cvmfs and the pod has no annotation %q, so the HTCondor plugin would write no image and the command's first word would take its place", "htcondor-job.knoc.io/image-root"))
+	}
+	w.path = w.path[:0]
+}
+
+// get is the value at a path of member names, nil when there is none.
+func get(v ast.Value, names ...string) ast.Value {
+	for _, n := range names {
+		obj, ok := v.(ast.Object)
+		if !ok {
+			return nil
+		}
+		t := obj.Get(ast.StringTerm(n))
+		if t == nil {
+			return nil
+		}
+		v = t.Value
+	}
+	return v
 }
 
 // CheckBody walks a /create body's members other than "pod" (decided as a pod).
@@ -68,12 +115,6 @@ func CheckBody(body ast.Object) []Finding {
 		w.path = append(w.path[:0], string(name))
 		w.value(root.member(string(name)), [2]*Row{}, v.Value)
 	})
-	return w.findings
-}
-
-func walk(n *node, v ast.Value) []Finding {
-	var w walker
-	w.value(n, [2]*Row{}, v)
 	return w.findings
 }
 

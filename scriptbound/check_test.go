@@ -57,6 +57,13 @@ func TestCheckPod(t *testing.T) {
 			[]string{"htcondor spec.volumes[0].nfs.server", "slurm spec.volumes[0].nfs.server"}},
 		{"image as an option", `{"spec": {"initContainers": [{"name": "i", "image": "--bind=/:/host"}]}}`,
 			[]string{"htcondor spec.initContainers[0].image", "slurm spec.initContainers[0].image"}},
+		{"HTCondor: an absolute image without image-root", `{"spec": {"containers": [{"name": "c", "image": "/images/app.sif", "command": ["--bind=/:/host"]}, {"name": "d", "image": "/cvmfs/unpacked/x"}]}}`,
+			[]string{"htcondor spec.containers[0].image"}},
+		{"identifiers", `{"metadata": {"name": "a/b", "namespace": "x/../y", "uid": "u.v"}, "spec": {"containers": [{"name": "c0.y", "image": "i"}]}}`,
+			[]string{"htcondor metadata.name", "htcondor metadata.namespace", "htcondor metadata.uid", "htcondor spec.containers[0].name",
+				"slurm metadata.namespace", "slurm metadata.uid", "slurm spec.containers[0].name"}},
+		{"empty image", `{"spec": {"containers": [{"name": "c", "image": ""}]}}`,
+			[]string{"htcondor spec.containers[0].image", "slurm spec.containers[0].image"}},
 		{"mount path", `{"spec": {"containers": [{"name": "c", "image": "i", "volumeMounts": [{"name": "d", "mountPath": "/d,/etc:/x"}]}]}}`,
 			[]string{"htcondor spec.containers[0].volumeMounts[0].mountPath", "slurm spec.containers[0].volumeMounts[0].mountPath"}},
 	} {

@@ -28,6 +28,13 @@ const (
 	// DoubleQuotedText: no $ ` " \ and no control character, so double quotes keep
 	// it literal.
 	DoubleQuotedText
+	// Identifier: letters, digits, _ and -, not empty: a name the plugins make paths
+	// and shell variable names of (a namespace, a uid, a container's name), where a .
+	// or / would change what they name.
+	Identifier
+	// FileName: an Identifier that may also hold dots, but is not . or ..: the pod's
+	// name in the HTCondor plugin's file names.
+	FileName
 )
 
 var ruleNames = map[Rule]string{
@@ -37,6 +44,8 @@ var ruleNames = map[Rule]string{
 	Image:            "a plain word (letters, digits and _ . , : / = @ + -) not starting with -",
 	IPAddress:        "an IP address as Go prints it, without a zone",
 	DoubleQuotedText: "text without $ ` \" \\ or control characters",
+	Identifier:       "a name of letters, digits, _ and -",
+	FileName:         "a name of letters, digits, _ . and -, not . or ..",
 }
 
 func (r Rule) String() string { return ruleNames[r] }
@@ -91,11 +100,27 @@ func (r Rule) Check(v string) error {
 			return badChar(c, i)
 		}
 	case Image:
+		if v == "" {
+			// The word after it (the command) would stand in the image's place.
+			return fmt.Errorf("is empty")
+		}
 		if c, i, bad := firstNotIn(v, wordChar); bad {
 			return badChar(c, i)
 		}
 		if strings.HasPrefix(v, "-") {
 			return fmt.Errorf("starts with \"-\"")
+		}
+	case Identifier, FileName:
+		if v == "" {
+			return fmt.Errorf("is empty")
+		}
+		if r == FileName && (v == "." || v == "..") {
+			return fmt.Errorf("is %q", v)
+		}
+		if c, i, bad := firstNotIn(v, func(c byte) bool {
+			return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || r == FileName && c == '.'
+		}); bad {
+			return badChar(c, i)
 		}
 	case RelativePath:
 		return checkRelativePath(v)

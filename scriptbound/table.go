@@ -95,9 +95,9 @@ var (
 var Table = []Row{
 	// The pod's metadata.
 	{"pod.metadata", notWritten, notWritten},
-	{"pod.metadata.name", w(DoubleQuoted, 0, "job.sh's banner, printf \"…\""), w(Unquoted, Word, "file names and the condor_submit command line")},
-	{"pod.metadata.namespace", w(Unquoted, Word, "the job's directory: export workingPath=…, #SBATCH --output, the sbatch command line"), w(Unquoted, Word, "data directory names")},
-	{"pod.metadata.uid", w(Unquoted, Word, "the job's directory, #SBATCH --job-name, enroot names"), w(Unquoted, Word, "file names and the condor_submit command line")},
+	{"pod.metadata.name", w(DoubleQuoted, 0, "job.sh's banner, printf \"…\""), w(Unquoted, FileName, "file names and the condor_submit command line")},
+	{"pod.metadata.namespace", w(Unquoted, Identifier, "the job's directory: export workingPath=…, #SBATCH --output, the sbatch command line"), w(Unquoted, Identifier, "data directory names")},
+	{"pod.metadata.uid", w(Unquoted, Identifier, "the job's directory, #SBATCH --job-name, enroot names"), w(Unquoted, Identifier, "file names and the condor_submit command line")},
 	// Annotations are read by name; a name under a plugin's prefix that no row lists
 	// counts as unquoted.
 	{`pod.metadata.annotations["slurm-job.vk.io/*"]`, w(Unquoted, Word, "an annotation of the plugin's this table does not know"), w(Unquoted, Word, "an annotation of the plugins' this table does not know")},
@@ -148,7 +148,7 @@ var Table = []Row{
 	{"pod.spec.os", notWritten, notWritten},
 	{"pod.spec.securityContext", notWritten, notWritten},
 	{"pod.spec.securityContext.runAsUser", byParser, notWritten},
-	{"pod.spec.volumes[].name", w(Unquoted, Path, "a directory of the bind source on the runCtn line"), w(Unquoted, Path, "a directory name")},
+	{"pod.spec.volumes[].name", w(Unquoted, Identifier, "a directory of the bind source on the runCtn line"), w(Unquoted, Identifier, "a directory name")},
 	{"pod.spec.volumes[].hostPath.path", w(Unquoted, Path, "--bind source on the runCtn line"), w(Unquoted, Path, "transfer_input_files of the submit file")},
 	{"pod.spec.volumes[].hostPath.type", notWritten, notWritten},
 	{"pod.spec.volumes[].configMap", notWritten, notWritten},
@@ -169,7 +169,7 @@ var Table = []Row{
 	{"pod.spec.volumes[].image", notWritten, notWritten},
 
 	// Containers (init and ephemeral ones alike).
-	{"pod.spec.*containers[].name", w(Unquoted, Word, "runCtn <name>, file names, variable names"), w(Unquoted, Word, "a directory name")},
+	{"pod.spec.*containers[].name", w(Unquoted, Identifier, "runCtn <name>, file names, probe variable names"), w(Unquoted, Identifier, "a directory name")},
 	{"pod.spec.*containers[].image", w(Unquoted, Image, "the image on the runCtn line; enroot import"), w(Unquoted, Image, "the image on the singularity command line")},
 	{"pod.spec.*containers[].command", w(Escaped, 0, "single-quoted after the image: runs in the container"), w(Unquoted, Word, "joined after the image, unquoted")},
 	{"pod.spec.*containers[].args", w(Escaped, 0, "single-quoted after the image: runs in the container"), w(Unquoted, Word, "joined after the image, unquoted")},
@@ -177,7 +177,7 @@ var Table = []Row{
 	{"pod.spec.*containers[].env[].value", w(Escaped, 0, "single-quoted in the env file"), w(Unquoted, Word, "--env NAME=value, unquoted")},
 	{"pod.spec.*containers[].env[].valueFrom", w(Escaped, 0, "resolved by interLink, single-quoted in the env file"), w(Unseen, 0, "resolved by interLink, then --env NAME=value, unquoted")},
 	{"pod.spec.*containers[].envFrom", w(Escaped, 0, "resolved by interLink, single-quoted in the env file"), w(Unseen, 0, "resolved by interLink, then --env NAME=value, unquoted")},
-	{"pod.spec.*containers[].volumeMounts[].name", w(Unquoted, Path, "a directory of the bind source"), notWritten},
+	{"pod.spec.*containers[].volumeMounts[].name", w(Unquoted, Identifier, "a directory of the bind source"), notWritten},
 	{"pod.spec.*containers[].volumeMounts[].mountPath", w(Unquoted, Path, "--bind destination on the runCtn line"), w(Unquoted, Path, "--bind destination, unquoted")},
 	{"pod.spec.*containers[].volumeMounts[].subPath", notWritten, notWritten},
 	{"pod.spec.*containers[].volumeMounts[].subPathExpr", notWritten, notWritten},
@@ -204,7 +204,7 @@ var Table = []Row{
 
 	// What interLink adds to the pod in the /create body.
 	{"pod.status", notWritten, notWritten},
-	{"container[].name", w(Unquoted, Word, "matched to the pod's containers"), w(Unquoted, Word, "matched to the pod's containers")},
+	{"container[].name", w(Unquoted, Identifier, "matched to the pod's containers"), w(Unquoted, Identifier, "matched to the pod's containers")},
 	{"container[].configMaps[]", notWritten, notWritten},
 	{"container[].configMaps[].data{}", w(Unquoted, RelativePath, "file names in the --bind spec"), w(Unquoted, RelativePath, "file names in the --bind spec and transfer_input_files")},
 	{"container[].configMaps[].binaryData{}", w(Unquoted, RelativePath, "file names in the --bind spec"), w(Unquoted, RelativePath, "file names in the --bind spec and transfer_input_files")},

@@ -240,7 +240,7 @@ else := "not configured"
 _hpc_violations contains msg if {
 	input.operation == "create"
 	input.hpc.host_mode == true
-	_hpc_node_plugin == "htcondor"
+	"htcondor" in _hpc_plugins
 	not _hpc.htcondor_host_mode
 	msg := sprintf("the first container's image contains \"host\": the HTCondor plugin serving node %q would run its command on the host, without a container; tenant %q may not (data.interlink.hpc.tenants: htcondor_host_mode)", [input.node.name, _hpc_tenant])
 }

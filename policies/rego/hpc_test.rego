@@ -255,6 +255,10 @@ test_htcondor_host_mode if {
 	# On a node another plugin serves, the image is only a name.
 	allowed(pod({}, {}, {"host_mode": true}))
 
+	# HTCondor by default, or a plugin sar-bridge does not know (judged as each).
+	not authz.decision.allowed with input as pod({}, {}, {"host_mode": true}) with data.interlink.hpc as object.union(settings, {"default_plugin": "htcondor"})
+	not allowed(object.union(pod({}, {}, {"host_mode": true}), {"node": {"name": "vk-p", "labels": {"interlink.io/plugin": "pbs"}}}))
+
 	# Opened for the tenant.
 	d := authz.decision with input as condor
 		with data.interlink.hpc as object.union(settings, {"tenants": {"tenant-a": {"htcondor_host_mode": true}}})
