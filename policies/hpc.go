@@ -26,6 +26,7 @@ import (
 //	 "pod_ip": {"valid": bool},
 //	 "host_mode": bool,
 //	 "gpus": n,
+//	 "flavor_sized": [field, ...],
 //	 "script_bound": {plugin: [{"field": f, "row": pattern, "message": msg}, ...]},
 //	 "writers": {annotation: "vk" or "other"}}
 //
@@ -40,7 +41,8 @@ import (
 // interlink.eu/pod-ip. host_mode is HTCondor's rule for running a pod's command on the
 // host: the first container's image contains "host". gpus is the sum of the containers'
 // nvidia.com/gpu and amd.com/gpu limits, from which the SLURM plugin picks a flavor when
-// the pod names none. script_bound has, for each plugin package scriptbound describes,
+// the pod names none. flavor_sized are the limits the SLURM plugin would take from a
+// flavor's defaults (readFlavorSized). script_bound has, for each plugin package scriptbound describes,
 // every string of the pod that plugin would write where it is not inert (unquoted and
 // not a plain word, between double quotes with $ in it, ...). inert is true when the pod sets
 // none of these but script_bound (whose findings depend on the node's plugin), so that nothing of the HPC rules applies to it but the tenant's
@@ -95,6 +97,9 @@ type hpcRead struct {
 	hostMode  bool
 	gpus      int64
 	bound     []scriptbound.Finding
+	// flavorSized are the containers' limits the SLURM plugin takes from a flavor's
+	// defaults (see readFlavorSized).
+	flavorSized []*ast.Term
 }
 
 // PodHPC is input.hpc for a pod value (input.pod); a pod that is not an object sets
@@ -109,6 +114,7 @@ func PodHPC(pod ast.Value) ast.Value {
 	r.readAnnotations(annotations)
 	if spec, ok := astjson.Find(obj, []*ast.Term{specKey}).(ast.Object); ok {
 		r.readSpec(spec)
+		r.readFlavorSized(spec)
 	}
 	r.bound = scriptbound.CheckPod(obj)
 	return r.value()
@@ -263,6 +269,36 @@ func (r *hpcRead) readSpec(spec ast.Object) {
 	}
 }
 
+// readFlavorSized finds what the SLURM plugin sizes from a flavor's defaults: walking
+// the init containers, then the containers, it gives a container without a cpu (or
+// memory) limit the flavor's default when no earlier container set one, and writes the
+// largest of those and the limits once any container sets one. Which flavor applies
+// (the annotation, a GPU flavor, the plugin's default flavor) and its defaults are the
+// plugin's configuration, so the job's size cannot be known: a tenant with a quota
+// cannot be charged for it (quota.rego).
+func (r *hpcRead) readFlavorSized(spec ast.Object) {
+	for _, res := range []string{"cpu", "memory"} {
+		var before []*ast.Term
+		limited := false
+		for _, list := range []string{"initContainers", "containers"} {
+			cs, ok := astjson.Find(spec, []*ast.Term{ast.StringTerm(list)}).(*ast.Array)
+			if !ok {
+				continue
+			}
+			for i := range cs.Len() {
+				if astjson.Find(cs.Elem(i).Value, []*ast.Term{ast.StringTerm("resources"), ast.StringTerm("limits"), ast.StringTerm(res)}) != nil {
+					limited = true
+				} else if !limited {
+					before = append(before, ast.StringTerm(fmt.Sprintf("spec.%s[%d].resources.limits.%s", list, i, res)))
+				}
+			}
+		}
+		if limited {
+			r.flavorSized = append(r.flavorSized, before...)
+		}
+	}
+}
+
 // gpuResources are the limits the SLURM plugin counts when it picks a GPU flavor.
 var gpuResources = []string{"nvidia.com/gpu", "amd.com/gpu"}
 
@@ -354,6 +390,7 @@ func (r *hpcRead) value() ast.Value {
 		ast.Item(ast.StringTerm("words"), ast.ArrayTerm(r.words...)),
 		ast.Item(ast.StringTerm("host_mode"), ast.BooleanTerm(r.hostMode)),
 		ast.Item(ast.StringTerm("gpus"), ast.IntNumberTerm(int(r.gpus))),
+		ast.Item(ast.StringTerm("flavor_sized"), ast.ArrayTerm(r.flavorSized...)),
 		ast.Item(ast.StringTerm("script_bound"), ast.ObjectTerm(bound...)),
 	)
 	if r.sbatch != nil {

@@ -9,7 +9,7 @@ import (
 
 // TestPodHPC: input.hpc for each key and field the plugins read.
 func TestPodHPC(t *testing.T) {
-	const empty = `"runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0`
+	const empty = `"runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "flavor_sized": []`
 	tests := []struct {
 		name, pod, want string
 		bound           []string // "plugin field" of input.hpc.script_bound (package scriptbound's findings)
@@ -23,20 +23,20 @@ func TestPodHPC(t *testing.T) {
 			`{"inert": false, "sbatch_only": false, ` + empty + `, "sbatch": {"options": {}, "order": [], "error": "the value contains a line break (byte 8): write all options on one line (in YAML, a plain or >- scalar, not |)"}}`, nil},
 		{"singularity options and their host paths", `{"metadata": {"annotations": {"slurm-job.vk.io/singularity-options": "--bind /scratch/a/x:/data --nv"}}}`,
 			`{"inert": false, "sbatch_only": false, "runtime": {"slurm-job.vk.io/singularity-options": {"options": ["--bind", "--nv"], "error": null}},
-			  "host_paths": [{"path": "/scratch/a/x", "from": "slurm-job.vk.io/singularity-options"}], "ids": [], "words": [], "host_mode": false, "gpus": 0}`, nil},
+			  "host_paths": [{"path": "/scratch/a/x", "from": "slurm-job.vk.io/singularity-options"}], "ids": [], "words": [], "host_mode": false, "gpus": 0, "flavor_sized": []}`, nil},
 		{"shell in runtime options", `{"metadata": {"annotations": {"slurm-job.vk.io/enroot-options": "--mount $(id):/x"}}}`,
 			`{"inert": false, "sbatch_only": false, "runtime": {"slurm-job.vk.io/enroot-options": {"options": [], "error": "contains '$' (byte 8): the plugin pastes this annotation into the job script's shell command line, where it would be shell syntax; only letters, digits, spaces and _ . , : / = @ + - are allowed"}},
-			  "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0}`, nil},
+			  "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "flavor_sized": []}`, nil},
 		{"hostPath volumes", `{"spec": {"volumes": [{"name": "ok", "hostPath": {"path": "/scratch/a/"}}, {"name": "up", "hostPath": {"path": "/data/../etc"}}, {"name": "e", "emptyDir": {}}]}}`,
 			`{"inert": false, "sbatch_only": false, "runtime": {}, "host_paths": [{"path": "/scratch/a", "from": "hostPath volume \"ok\""}], "ids": [],
-			  "words": [{"what": "hostPath volume \"up\"", "error": "host path \"/data/../etc\" has a .. element; give the path without it"}], "host_mode": false, "gpus": 0}`, nil},
+			  "words": [{"what": "hostPath volume \"up\"", "error": "host path \"/data/../etc\" has a .. element; give the path without it"}], "host_mode": false, "gpus": 0, "flavor_sized": []}`, nil},
 		{"uids and gids, pod and containers", `{"spec": {"securityContext": {"runAsUser": 0, "runAsGroup": 100}, "containers": [{"name": "c", "securityContext": {"runAsUser": 20001}}], "initContainers": [{"name": "i", "securityContext": {"runAsGroup": 7}}]}}`,
 			`{"inert": false, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [
 			    {"field": "spec.securityContext.runAsUser", "kind": "uid", "value": 0},
 			    {"field": "spec.securityContext.runAsGroup", "kind": "gid", "value": 100},
 			    {"field": "spec.containers[\"c\"].securityContext.runAsUser", "kind": "uid", "value": 20001},
 			    {"field": "spec.initContainers[\"i\"].securityContext.runAsGroup", "kind": "gid", "value": 7}],
-			  "words": [], "host_mode": false, "gpus": 0}`, nil},
+			  "words": [], "host_mode": false, "gpus": 0, "flavor_sized": []}`, nil},
 		{"an image and a mount path the shell would read", `{"spec": {"containers": [{"name": "c", "image": "busybox;id", "volumeMounts": [{"name": "v", "mountPath": "/data x"}]}]}}`,
 			`{"inert": true, "sbatch_only": false, ` + empty + `}`,
 			[]string{"htcondor spec.containers[0].image", "htcondor spec.containers[0].volumeMounts[0].mountPath", "slurm spec.containers[0].image", "slurm spec.containers[0].volumeMounts[0].mountPath"}},
@@ -44,14 +44,17 @@ func TestPodHPC(t *testing.T) {
 			`{"inert": true, "sbatch_only": false, ` + empty + `}`,
 			[]string{"slurm spec.containers[0].readinessProbe.httpGet.path"}},
 		{"GPUs: the SLURM plugin picks a flavor", `{"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "2", "amd.com/gpu": "1"}}}], "initContainers": [{"name": "i", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}`,
-			`{"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 3}`, nil},
+			`{"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 3, "flavor_sized": []}`, nil},
 		{"a memory limit the plugin would write as --mem=0", `{"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"memory": "1Ki"}}}, {"name": "d", "image": "i", "resources": {"limits": {"memory": "1Mi"}}}]}}`,
-			`{"inert": false, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "host_mode": false, "gpus": 0, "words": [
+			`{"inert": false, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "host_mode": false, "gpus": 0, "flavor_sized": [], "words": [
 			    {"what": "spec.containers[0].resources.limits.memory", "error": "1Ki is under 1Mi: the SLURM plugin would write --mem=0, which sbatch reads as all of the node's memory"}]}`, nil},
 		{"sbatch --mem=0: all of the node's memory", `{"metadata": {"annotations": {"slurm-job.vk.io/flags": "--mem=0 --time=1"}}}`,
-			`{"inert": false, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "host_mode": false, "gpus": 0,
+			`{"inert": false, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "host_mode": false, "gpus": 0, "flavor_sized": [],
 			  "sbatch": {"options": {"--mem": "0", "--time": "1"}, "order": ["--mem", "--time"], "error": null},
 			  "words": [{"what": "annotation \"slurm-job.vk.io/flags\"", "error": "--mem=0 asks sbatch for all of the node's memory"}]}`, nil},
+		{"limits the SLURM plugin takes from a flavor's defaults", `{"spec": {"initContainers": [{"name": "i", "image": "i"}], "containers": [{"name": "side", "image": "i", "resources": {"limits": {"memory": "64Mi"}}}, {"name": "c", "image": "i", "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}]}}`,
+			`{"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0,
+			  "flavor_sized": ["spec.initContainers[0].resources.limits.cpu", "spec.containers[0].resources.limits.cpu", "spec.initContainers[0].resources.limits.memory"]}`, nil},
 		{"pod IP with a zone", `{"metadata": {"annotations": {"interlink.eu/pod-ip": "fe80::1%$(touch${IFS}owned)"}}}`,
 			`{"inert": false, "sbatch_only": false, ` + empty + `, "pod_ip": {"valid": false}}`, nil},
 		{"pod IP, valid", `{"metadata": {"annotations": {"interlink.eu/pod-ip": "10.0.0.7"}}}`,
@@ -59,7 +62,7 @@ func TestPodHPC(t *testing.T) {
 		{"pod IP, shell", `{"metadata": {"annotations": {"interlink.eu/pod-ip": "1; rm -rf ~"}}}`,
 			`{"inert": false, "sbatch_only": false, ` + empty + `, "pod_ip": {"valid": false}}`, nil},
 		{"HTCondor host mode: the first container's image", `{"spec": {"containers": [{"name": "c", "image": "registry.example/hostname-tools:1"}, {"name": "d", "image": "busybox"}]}}`,
-			`{"inert": false, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": true, "gpus": 0}`, nil},
+			`{"inert": false, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": true, "gpus": 0, "flavor_sized": []}`, nil},
 		{"image root the shell would read", `{"metadata": {"annotations": {"slurm-job.vk.io/image-root": "/cvmfs x"}}}`,
 			`{"inert": false, "sbatch_only": false, ` + empty + `}`,
 			[]string{`slurm metadata.annotations["slurm-job.vk.io/image-root"]`}},

@@ -52,6 +52,16 @@ _quota_violations contains msg if {
 	msg := sprintf("tenant %q would use %v %s on virtual node %q, over its quota there of %v (%v in use, this pod holds %v)", [_quota_tenant, used + req, res, _quota_node, hard, used, req])
 }
 
+# A job whose size the SLURM plugin takes from a flavor's defaults (a container
+# without a limit before the first that sets it: policies/hpc.go) cannot be
+# charged what it holds.
+_quota_violations contains msg if {
+	input.operation == "create"
+	input.quota.request
+	some field in input.hpc.flavor_sized
+	msg := sprintf("%s is not set while a later container sets it: the SLURM plugin then sizes the job from its flavor's default, which sar-bridge cannot know, so the pod cannot be charged to tenant %q's quota; set that limit, or set it on no container", [field, _quota_tenant])
+}
+
 # Usage or hard amounts that are not numbers cannot be compared: deny.
 _quota_violations contains msg if {
 	input.operation == "create"

@@ -17,7 +17,7 @@ create(quota) := {
 	"node": {"name": "vk-a", "found": true, "labels": {}, "taints": [], "allocatable": {}},
 	"review": {"allowed": true, "denied": false, "reason": "RBAC: allowed", "attributes": []},
 	"quota": quota,
-	"hpc": {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "script_bound": {"slurm": [], "htcondor": []}},
+	"hpc": {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "flavor_sized": [], "script_bound": {"slurm": [], "htcondor": []}},
 }
 
 # hard: 2 pods, 4 cores, 8 GiB, 2 GPUs; 1 GPU on vk-a.
@@ -82,4 +82,13 @@ test_data_quotas_refuse_every_create if {
 
 test_quota_ignored_for_delete if {
 	allowed(object.union(create(quota({"pods": 9}, {"pods": 1})), {"operation": "delete"}))
+}
+
+# A job the SLURM plugin sizes from a flavor's defaults cannot be charged.
+test_flavor_sized_refused_with_a_quota if {
+	sized := object.union(create(quota({"pods": 0}, {"pods": 1, "cpu": 2})), {"hpc": object.union(create({}).hpc, {"flavor_sized": ["spec.initContainers[0].resources.limits.cpu"]})})
+	denied_with(sized, "spec.initContainers[0].resources.limits.cpu is not set while a later container sets it: the SLURM plugin then sizes the job from its flavor's default, which sar-bridge cannot know, so the pod cannot be charged to tenant \"tenant-a\"'s quota; set that limit, or set it on no container")
+
+	# Without a quota nothing is charged.
+	allowed(object.remove(sized, ["quota"]))
 }
