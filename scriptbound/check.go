@@ -15,6 +15,8 @@ type Finding struct {
 	Row    string // the table's pattern that covers it; "" for a field no row names
 	How    How
 	Err    error
+	// Detail, when set, is the whole reason (a rule across fields, no row's).
+	Detail string
 }
 
 // Message names the field, how the plugin writes it and what is wrong, never the
@@ -27,10 +29,10 @@ func (f Finding) Message() string {
 	case DoubleQuoted:
 		return fmt.Sprintf("%s %v: %s writes it between double quotes into the job script, where the shell would still expand it; allowed: %s", f.Field, f.Err, plugin, DoubleQuotedText)
 	}
-	row := f.Row
-	if row == "" && f.Plugin == HTCondor && strings.HasSuffix(f.Field, ".image") {
-		return fmt.Sprintf("%s %v", f.Field, f.Err)
+	if f.Detail != "" {
+		return f.Field + " " + f.Detail
 	}
+	row := f.Row
 	if row == "" {
 		return fmt.Sprintf("%s %v: no plugin is known to quote it, so it counts as written unquoted into the job script; allowed: %s", f.Field, f.Err, Word)
 	}
@@ -82,10 +84,9 @@ func (w *walker) htcondorImages(pod ast.Object) {
 		if !ok || !strings.HasPrefix(string(image), "/") || strings.HasPrefix(string(image), "/cvmfs") {
 			continue
 		}
-		w.path = append(w.path[:0], "spec", "containers", i, "image")
-		w.report(HTCondor, nil, Unquoted, fmt.Errorf("is an absolute path outside /cvmfs and the pod has no annotation %q, so the HTCondor plugin would write no image and the command's first word would take its place", "htcondor-job.knoc.io/image-root"))
+		w.findings = append(w.findings, Finding{Plugin: HTCondor, Field: FieldName([]any{"spec", "containers", i, "image"}), How: Unquoted,
+			Detail: fmt.Sprintf("is an absolute path outside /cvmfs and the pod has no annotation %q, so the HTCondor plugin would write no image and the command's first word would take its place", "htcondor-job.knoc.io/image-root")})
 	}
-	w.path = w.path[:0]
 }
 
 // get is the value at a path of member names, nil when there is none.
