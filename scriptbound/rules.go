@@ -28,7 +28,7 @@ const (
 	// DoubleQuotedText: no $ ` " \ and no control character, so double quotes keep
 	// it literal.
 	DoubleQuotedText
-	// Identifier: letters, digits, _ and -, not empty: a name the plugins make paths
+	// Identifier: letters, digits, _ and -: a name the plugins make paths
 	// and shell variable names of (a namespace, a uid, a container's name), where a .
 	// or / would change what they name.
 	Identifier
@@ -111,9 +111,8 @@ func (r Rule) Check(v string) error {
 			return fmt.Errorf("starts with \"-\"")
 		}
 	case Identifier, FileName:
-		if v == "" {
-			return fmt.Errorf("is empty")
-		}
+		// Empty is inert (a pod's name before generateName, a uid before the API
+		// server sets one).
 		if r == FileName && (v == "." || v == "..") {
 			return fmt.Errorf("is %q", v)
 		}
