@@ -23,7 +23,7 @@ import (
 //	 "host_paths": [{"path": p, "from": what names it}, ...],
 //	 "ids": [{"field": f, "kind": "uid" or "gid", "value": n}, ...],
 //	 "words": [{"what": w, "error": msg}, ...],
-//	 "pod_ip": {"valid": bool},
+//	 "pod_ip": {"valid": bool, "error": why not, or null},
 //	 "host_mode": bool,
 //	 "gpus": n,
 //	 "flavor_sized": [field, ...],
@@ -172,7 +172,7 @@ func (r *hpcRead) readAnnotations(annotations ast.Object) {
 		// Exactly as netip prints it, without a zone: a zone is free text the plugin
 		// would write into export POD_IP=... (scriptbound.IPAddress).
 		err := scriptbound.IPAddress.Check(v)
-		r.podIP = ast.ObjectTerm(ast.Item(ast.StringTerm("valid"), ast.BooleanTerm(err == nil)))
+		r.podIP = ast.ObjectTerm(ast.Item(ast.StringTerm("valid"), ast.BooleanTerm(err == nil)), ast.Item(ast.StringTerm("error"), errorTerm(err)))
 	}
 }
 
@@ -277,19 +277,19 @@ func (r *hpcRead) readSpec(spec ast.Object) {
 // plugin's configuration, so the job's size cannot be known: a tenant with a quota
 // cannot be charged for it (quota.rego).
 func (r *hpcRead) readFlavorSized(spec ast.Object) {
-	for _, res := range []string{"cpu", "memory"} {
+	for _, res := range sizedResources {
 		var before []*ast.Term
 		limited := false
-		for _, list := range []string{"initContainers", "containers"} {
-			cs, ok := astjson.Find(spec, []*ast.Term{ast.StringTerm(list)}).(*ast.Array)
+		for _, list := range sizedLists {
+			cs, ok := astjson.Find(spec, list.path).(*ast.Array)
 			if !ok {
 				continue
 			}
 			for i := range cs.Len() {
-				if astjson.Find(cs.Elem(i).Value, []*ast.Term{ast.StringTerm("resources"), ast.StringTerm("limits"), ast.StringTerm(res)}) != nil {
+				if astjson.Find(cs.Elem(i).Value, res.path) != nil {
 					limited = true
 				} else if !limited {
-					before = append(before, ast.StringTerm(fmt.Sprintf("spec.%s[%d].resources.limits.%s", list, i, res)))
+					before = append(before, ast.StringTerm(fmt.Sprintf("spec.%s[%d].resources.limits.%s", list.name, i, res.name)))
 				}
 			}
 		}
@@ -299,13 +299,42 @@ func (r *hpcRead) readFlavorSized(spec ast.Object) {
 	}
 }
 
+// What readFlavorSized reads, in the plugin's order.
+var (
+	sizedResources = []struct {
+		name string
+		path []*ast.Term
+	}{
+		{"cpu", []*ast.Term{ast.StringTerm("resources"), ast.StringTerm("limits"), ast.StringTerm("cpu")}},
+		{"memory", []*ast.Term{ast.StringTerm("resources"), ast.StringTerm("limits"), ast.StringTerm("memory")}},
+	}
+	sizedLists = []struct {
+		name string
+		path []*ast.Term
+	}{
+		{"initContainers", []*ast.Term{ast.StringTerm("initContainers")}},
+		{"containers", []*ast.Term{ast.StringTerm("containers")}},
+	}
+)
+
+var oneMi = resource.MustParse("1Mi")
+
 // gpuResources are the limits the SLURM plugin counts when it picks a GPU flavor.
 var gpuResources = []string{"nvidia.com/gpu", "amd.com/gpu"}
 
+// gpuPaths are where a container's gpuResources limits are.
+var gpuPaths = func() [][]*ast.Term {
+	var ps [][]*ast.Term
+	for _, name := range gpuResources {
+		ps = append(ps, []*ast.Term{ast.StringTerm("resources"), ast.StringTerm("limits"), ast.StringTerm(name)})
+	}
+	return ps
+}()
+
 func gpuLimits(c ast.Value) int64 {
 	var n int64
-	for _, name := range gpuResources {
-		if s, ok := astjson.Find(c, []*ast.Term{ast.StringTerm("resources"), ast.StringTerm("limits"), ast.StringTerm(name)}).(ast.String); ok {
+	for _, path := range gpuPaths {
+		if s, ok := astjson.Find(c, path).(ast.String); ok {
 			if q, err := resource.ParseQuantity(string(s)); err == nil {
 				n += q.Value()
 			}
@@ -317,12 +346,12 @@ func gpuLimits(c ast.Value) int64 {
 // readMemoryLimit refuses a memory limit the SLURM plugin would write as --mem=0 (it
 // writes the limit in MiB rounded down), which sbatch reads as all of a node's memory.
 func (r *hpcRead) readMemoryLimit(c ast.Value, list string, i int) {
-	s, ok := astjson.Find(c, []*ast.Term{ast.StringTerm("resources"), ast.StringTerm("limits"), ast.StringTerm("memory")}).(ast.String)
+	s, ok := astjson.Find(c, sizedResources[1].path).(ast.String)
 	if !ok {
 		return
 	}
 	q, err := resource.ParseQuantity(string(s))
-	if err != nil || q.Cmp(resource.MustParse("1Mi")) >= 0 {
+	if err != nil || q.Cmp(oneMi) >= 0 {
 		return
 	}
 	r.bad(fmt.Sprintf("spec.%s[%d].resources.limits.memory", list, i),
@@ -361,6 +390,19 @@ func (r *hpcRead) bad(what, msg string) {
 	))
 }
 
+// Keys of what value adds for the HPC rules of issue 39, made once.
+var (
+	gpusKey, flavorSizedKey, scriptBoundKey = ast.StringTerm("gpus"), ast.StringTerm("flavor_sized"), ast.StringTerm("script_bound")
+	fieldKey, rowKey, messageKey            = ast.StringTerm("field"), ast.StringTerm("row"), ast.StringTerm("message")
+	pluginKeys                              = func() map[string]*ast.Term {
+		m := map[string]*ast.Term{}
+		for _, p := range scriptbound.Plugins {
+			m[p] = ast.StringTerm(p)
+		}
+		return m
+	}()
+)
+
 func (r *hpcRead) value() ast.Value {
 	// script_bound does not count: which plugin's findings apply depends on the node,
 	// so the fast path (authz.rego) reads them for the node's plugin.
@@ -373,13 +415,13 @@ func (r *hpcRead) value() ast.Value {
 		for _, f := range r.bound {
 			if f.Plugin == p {
 				fs = append(fs, ast.ObjectTerm(
-					ast.Item(ast.StringTerm("field"), ast.StringTerm(f.Field)),
-					ast.Item(ast.StringTerm("row"), ast.StringTerm(f.Row)),
-					ast.Item(ast.StringTerm("message"), ast.StringTerm(f.Message())),
+					ast.Item(fieldKey, ast.StringTerm(f.Field)),
+					ast.Item(rowKey, ast.StringTerm(f.Row)),
+					ast.Item(messageKey, ast.StringTerm(f.Message())),
 				))
 			}
 		}
-		bound = append(bound, ast.Item(ast.StringTerm(p), ast.ArrayTerm(fs...)))
+		bound = append(bound, ast.Item(pluginKeys[p], ast.ArrayTerm(fs...)))
 	}
 	obj := ast.NewObject(
 		ast.Item(ast.StringTerm("inert"), ast.BooleanTerm(r.inert)),
@@ -389,9 +431,9 @@ func (r *hpcRead) value() ast.Value {
 		ast.Item(ast.StringTerm("ids"), ast.ArrayTerm(r.ids...)),
 		ast.Item(ast.StringTerm("words"), ast.ArrayTerm(r.words...)),
 		ast.Item(ast.StringTerm("host_mode"), ast.BooleanTerm(r.hostMode)),
-		ast.Item(ast.StringTerm("gpus"), ast.IntNumberTerm(int(r.gpus))),
-		ast.Item(ast.StringTerm("flavor_sized"), ast.ArrayTerm(r.flavorSized...)),
-		ast.Item(ast.StringTerm("script_bound"), ast.ObjectTerm(bound...)),
+		ast.Item(gpusKey, ast.IntNumberTerm(int(r.gpus))),
+		ast.Item(flavorSizedKey, ast.ArrayTerm(r.flavorSized...)),
+		ast.Item(scriptBoundKey, ast.ObjectTerm(bound...)),
 	)
 	if r.sbatch != nil {
 		obj.Insert(ast.StringTerm("sbatch"), r.sbatch)

@@ -304,7 +304,7 @@ test_mpi_flags_refused_unless_opened if {
 
 test_pod_ip if {
 	allowed(pod({"interlink.eu/pod-ip": "10.0.0.7"}, {}, {"pod_ip": {"valid": true}}))
-	refused(pod({"interlink.eu/pod-ip": "1; rm -rf ~"}, {}, {"pod_ip": {"valid": false}}), "annotation \"interlink.eu/pod-ip\" is \"1; rm -rf ~\", not an IP address: the SLURM plugin writes it unquoted into the job script (export POD_IP=...); annotation \"interlink.eu/pod-ip\" is restricted: subject \"system:serviceaccount:team-a:runner\" is not among its allowed users [] or groups [] (data.interlink.restricted_annotations)")
+	refused(pod({"interlink.eu/pod-ip": "1; rm -rf ~"}, {}, {"pod_ip": {"valid": false, "error": "is not an IP address"}}), "annotation \"interlink.eu/pod-ip\" is not an IP address: the SLURM plugin writes it unquoted into the job script (export POD_IP=...); annotation \"interlink.eu/pod-ip\" is restricted: subject \"system:serviceaccount:team-a:runner\" is not among its allowed users [] or groups [] (data.interlink.restricted_annotations)")
 }
 
 mesh := "cat <<'EOFMESH' > $TMPDIR/mesh.sh\n#!/bin/bash\nwstunnel client ...\nEOFMESH"

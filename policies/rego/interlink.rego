@@ -64,11 +64,18 @@ _interlink_violations contains msg if {
 
 _interlink_violations contains msg if {
 	input.operation == "create"
-	v := input.pod.metadata.annotations["interlink.eu/pod-ip"]
+	_ = input.pod.metadata.annotations["interlink.eu/pod-ip"]
 	not input.hpc.pod_ip.valid == true
 	not _restricted_allowed("interlink.eu/pod-ip")
-	msg := sprintf("annotation %q is %q, not an IP address: the SLURM plugin writes it unquoted into the job script (export POD_IP=...); %s", ["interlink.eu/pod-ip", v, _restricted_annotation_message("interlink.eu/pod-ip")])
+	msg := sprintf("annotation %q %s: the SLURM plugin writes it unquoted into the job script (export POD_IP=...); %s", ["interlink.eu/pod-ip", _pod_ip_error, _restricted_annotation_message("interlink.eu/pod-ip")])
 }
+
+# Why pod-ip is not an address as Go prints it (never the value: the message
+# reaches the pod's status and the logs).
+_pod_ip_error := e if {
+	e := input.hpc.pod_ip.error
+	is_string(e)
+} else := "is not an IP address"
 
 # The subject may use key: a listed user, or in a listed group (data read once;
 # a "list" that is not one names no one).

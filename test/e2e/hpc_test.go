@@ -134,7 +134,7 @@ func hpcCases() []hpcCase {
 			deny: restricted("slurm-job.vk.io/mpi-flags")},
 		{name: "shell in pod-ip", annotations: map[string]string{"interlink.eu/pod-ip": "1; rm -rf ~"},
 			deny: func(subject string) string {
-				return `annotation "interlink.eu/pod-ip" is "1; rm -rf ~", not an IP address: the SLURM plugin writes it unquoted into the job script (export POD_IP=...); ` + restricted("interlink.eu/pod-ip")(subject)
+				return `annotation "interlink.eu/pod-ip" is not an IP address: the SLURM plugin writes it unquoted into the job script (export POD_IP=...); ` + restricted("interlink.eu/pod-ip")(subject)
 			}},
 	}
 }

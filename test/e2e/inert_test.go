@@ -149,11 +149,12 @@ func inertBodyFinding(field, problem, plugin, rule string) string {
 	return fmt.Sprintf("%s %s: %s writes it unquoted into the job script; allowed: %s", field, problem, plugin, rule)
 }
 
-// inertPodIP is rule 6's refusal of an interlink.eu/pod-ip value to subject.
-func inertPodIP(value, subject string) string {
+// inertPodIP is rule 6's refusal of an interlink.eu/pod-ip value to subject: it says
+// why, never the value.
+func inertPodIP(why, subject string) string {
 	const key = "interlink.eu/pod-ip"
-	return fmt.Sprintf(`annotation %q is %q, not an IP address: the SLURM plugin writes it unquoted into the job script (export POD_IP=...); annotation %q is restricted: subject %q is not among its allowed users [] or groups [] (data.interlink.restricted_annotations)`,
-		key, value, key, subject)
+	return fmt.Sprintf(`annotation %q %s: the SLURM plugin writes it unquoted into the job script (export POD_IP=...); annotation %q is restricted: subject %q is not among its allowed users [] or groups [] (data.interlink.restricted_annotations)`,
+		key, why, key, subject)
 }
 
 const (
@@ -357,8 +358,8 @@ func inertCases() []inertCase {
 	gpu := withLimits(corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")})
 	return []inertCase{
 		// 1. interlink.eu/pod-ip: export POD_IP=<value>, unquoted.
-		{name: "pod-ip with a zone holding shell", node: inertSlurm, edit: withPodIP("fe80::1%$(touch${IFS}owned)"), deny: podIP("fe80::1%$(touch${IFS}owned)")},
-		{name: "pod-ip with a zone holding a #PBS line", node: inertSlurm, edit: withPodIP("fe80::1%x\n#PBS -A other-project"), deny: podIP("fe80::1%x\n#PBS -A other-project")},
+		{name: "pod-ip with a zone holding shell", node: inertSlurm, edit: withPodIP("fe80::1%$(touch${IFS}owned)"), deny: podIP("has a zone (%…): its text would reach the job script")},
+		{name: "pod-ip with a zone holding a #PBS line", node: inertSlurm, edit: withPodIP("fe80::1%x\n#PBS -A other-project"), deny: podIP("has a zone (%…): its text would reach the job script")},
 		{name: "pod-ip an address", node: inertSlurm, edit: withPodIP("10.0.0.7")},
 		// 2. Volume item paths: file names in the plugins' --bind specs.
 		{name: "projected downwardAPI item path with shell", node: inertSlurm, edit: withInertVolume(downwardItem("x$(touch owned)")),
