@@ -59,7 +59,7 @@ var root = func() *node {
 // CheckPod walks every string of a pod value (input.pod) and returns, for each plugin,
 // the strings it would write where they are not inert.
 func CheckPod(pod ast.Value) []Finding {
-	var w walker
+	w := walker{path: make([]step, 0, 16)}
 	w.value(root.member("pod"), [2]*Row{}, pod)
 	if obj, ok := pod.(ast.Object); ok {
 		w.htcondorImages(obj)
@@ -113,7 +113,7 @@ func CheckBody(body ast.Object) []Finding {
 		if !ok || name == "pod" {
 			return
 		}
-		w.path = append(w.path[:0], string(name))
+		w.path = append(w.path[:0], step{name: string(name), index: -1})
 		w.value(root.member(string(name)), [2]*Row{}, v.Value)
 	})
 	return w.findings
@@ -124,8 +124,14 @@ func CheckBody(body ast.Object) []Finding {
 // (unquoted, a plain word). A plugin for which the field is settled (not written,
 // escaped, judged elsewhere, or already reported) walks on with muted set.
 type walker struct {
-	path     []any // member names (string) and indexes (int) from the start
+	path     []step // from the start; named only for a finding
 	findings []Finding
+}
+
+// step is a member name, or an index when name is "" and index >= 0.
+type step struct {
+	name  string
+	index int
 }
 
 var mutedRow = &Row{Field: "(muted)"}
@@ -157,7 +163,7 @@ func (w *walker) value(n *node, rows [2]*Row, v ast.Value) {
 			if !ok {
 				return
 			}
-			w.path = append(w.path, string(name))
+			w.path = append(w.path, step{name: string(name), index: -1})
 			if n != nil && n.keys != nil && n.keys.row != nil {
 				for _, p := range Plugins {
 					w.checkString(p, n.keys.row, string(name))
@@ -172,7 +178,7 @@ func (w *walker) value(n *node, rows [2]*Row, v ast.Value) {
 			elements = n.elements
 		}
 		for i := range v.Len() {
-			w.path = append(w.path, i)
+			w.path = append(w.path, step{index: i})
 			w.value(elements, rows, v.Elem(i).Value)
 			w.path = w.path[:len(w.path)-1]
 		}
@@ -223,7 +229,15 @@ func (w *walker) checkString(plugin string, row *Row, v string) {
 }
 
 func (w *walker) report(plugin string, row *Row, how How, err error) {
-	f := Finding{Plugin: plugin, Field: FieldName(w.path), How: how, Err: err}
+	path := make([]any, len(w.path))
+	for i, s := range w.path {
+		if s.index >= 0 {
+			path[i] = s.index
+		} else {
+			path[i] = s.name
+		}
+	}
+	f := Finding{Plugin: plugin, Field: FieldName(path), How: how, Err: err}
 	if row != nil {
 		f.Row = row.Field
 	}
