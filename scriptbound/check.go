@@ -17,6 +17,7 @@ type Finding struct {
 	Err    error
 	// Detail, when set, is the whole reason (a rule across fields, no row's).
 	Detail string
+	rule   Rule // the row's, for an unquoted field
 }
 
 // Message names the field, how the plugin writes it and what is wrong, never the
@@ -36,16 +37,7 @@ func (f Finding) Message() string {
 	if row == "" {
 		return fmt.Sprintf("%s %v: no plugin is known to quote it, so it counts as written unquoted into the job script; allowed: %s", f.Field, f.Err, Word)
 	}
-	return fmt.Sprintf("%s %v: %s writes it unquoted into the job script; allowed: %s", f.Field, f.Err, plugin, f.rule())
-}
-
-func (f Finding) rule() Rule {
-	for _, r := range Table {
-		if r.Field == f.Row {
-			return r.For(f.Plugin).Rule
-		}
-	}
-	return Word
+	return fmt.Sprintf("%s %v: %s writes it unquoted into the job script; allowed: %s", f.Field, f.Err, plugin, f.rule)
 }
 
 var root = func() *node {
@@ -239,7 +231,7 @@ func (w *walker) report(plugin string, row *Row, how How, err error) {
 	}
 	f := Finding{Plugin: plugin, Field: FieldName(path), How: how, Err: err}
 	if row != nil {
-		f.Row = row.Field
+		f.Row, f.rule = row.Field, row.For(plugin).Rule
 	}
 	w.findings = append(w.findings, f)
 }
