@@ -106,7 +106,7 @@ func startInterlink(ctx context.Context, g *errgroup.Group, o serveOptions, deci
 		MaxBodyBytes: c.maxBodyBytes, DecisionTimeout: c.decisionTimeout,
 		PluginTimeout: c.pluginTimeout, PluginDialTimeout: c.pluginDialTimeout,
 		AllowJobScript: c.allowJobScript,
-		Logger: logger, Registerer: reg,
+		Logger:         logger, Registerer: reg,
 	})
 	if err != nil {
 		return err

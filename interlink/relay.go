@@ -59,8 +59,8 @@ type Options struct {
 	// AllowJobScript forwards creates whose body carries a jobScript (interLink's
 	// JobScriptBuilderURL or template), which the SLURM plugin runs on the host.
 	AllowJobScript bool
-	Logger            log.Logger
-	Registerer        prometheus.Registerer
+	Logger         log.Logger
+	Registerer     prometheus.Registerer
 }
 
 // Relay is the http.Handler of the interLink listener.
