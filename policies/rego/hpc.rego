@@ -199,9 +199,11 @@ _hpc_violations contains msg if {
 _hpc_violations contains msg if {
 	input.operation == "create"
 	_hpc_input
-	not is_object(input.hpc.script_bound)
+	not _hpc_script_bound_input
 	msg := "input.hpc.script_bound is missing: whether the pod's strings are inert where the plugins write them cannot be judged (sar-bridge adds it to every pod decision)"
 }
+
+_hpc_script_bound_input if is_object(input.hpc.script_bound)
 
 _hpc_plugins := {_hpc_plugin} if {
 	input.hpc.script_bound[_hpc_plugin]

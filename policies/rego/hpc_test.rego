@@ -386,3 +386,8 @@ test_gpu_without_flavor if {
 	# An HTCondor node picks no SLURM flavor.
 	allowed(object.union(gpus, {"node": {"name": "vk-condor"}}))
 }
+
+# input.hpc from something else than sar-bridge, without script_bound: refused.
+test_script_bound_missing if {
+	refused(object.union(object.remove(pod({}, {}, {}), ["hpc"]), {"hpc": object.remove(inert, ["script_bound"])}), "input.hpc.script_bound is missing: whether the pod's strings are inert where the plugins write them cannot be judged (sar-bridge adds it to every pod decision)")
+}

@@ -34,6 +34,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +42,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sar-bridge/sar-bridge/policies"
 )
 
 // Placeholder is replaced by the request's number in every body template.
@@ -199,7 +202,11 @@ func prepare(args []string) error {
 		}
 		opaInput["resources"] = podResources(w.name)
 		opaInput["tolerations"] = podTolerations()
-		opaInput["hpc"] = podHPC()
+		hpc, err := podHPC(p)
+		if err != nil {
+			return err
+		}
+		opaInput["hpc"] = hpc
 		for target, input := range map[string]any{"bridge": bridgeInput, "opa": opaInput} {
 			b, err := json.Marshal(map[string]any{"input": input})
 			if err != nil {
@@ -328,10 +335,19 @@ func podTolerations() map[string]any {
 	}
 }
 
-// podHPC is input.hpc as the bridge builds it (policies.PodHPC) for a pod that sets
-// nothing interLink's plugins read.
-func podHPC() map[string]any {
-	return map[string]any{"inert": true, "sbatch_only": false, "runtime": map[string]any{}, "host_paths": []any{}, "ids": []any{}, "words": []any{}, "host_mode": false}
+// podHPC is input.hpc as the bridge builds it (policies.PodHPC) for the pod template,
+// its placeholders numbered: what the plugins would make of it does not depend on the
+// number.
+func podHPC(pod map[string]any) (any, error) {
+	b, err := json.Marshal(pod)
+	if err != nil {
+		return nil, err
+	}
+	v, err := ast.ValueFromReader(bytes.NewReader(bytes.ReplaceAll(b, []byte(Placeholder), []byte("1"))))
+	if err != nil {
+		return nil, err
+	}
+	return ast.JSON(policies.PodHPC(v))
 }
 
 func orEmpty(m map[string]string) map[string]string {
