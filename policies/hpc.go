@@ -28,6 +28,7 @@ import (
 //	 "gpus": n,
 //	 "flavor_sized": [field, ...],
 //	 "script_bound": {plugin: [{"field": f, "row": pattern, "message": msg}, ...]},
+//	 "bound_plugins": [plugin with findings in script_bound, ...],
 //	 "writers": {annotation: "vk" or "other"}}
 //
 // sbatch is there when the pod sets slurm-job.vk.io/flags: the options sbatch reads from
@@ -393,6 +394,7 @@ func (r *hpcRead) bad(what, msg string) {
 // Keys of what value adds for the HPC rules of issue 39, made once.
 var (
 	gpusKey, flavorSizedKey, scriptBoundKey = ast.StringTerm("gpus"), ast.StringTerm("flavor_sized"), ast.StringTerm("script_bound")
+	boundPluginsKey                         = ast.StringTerm("bound_plugins")
 	fieldKey, rowKey, messageKey            = ast.StringTerm("field"), ast.StringTerm("row"), ast.StringTerm("message")
 	pluginKeys                              = func() map[string]*ast.Term {
 		m := map[string]*ast.Term{}
@@ -410,6 +412,7 @@ func (r *hpcRead) value() ast.Value {
 		r.inert, r.others = false, true
 	}
 	bound := make([][2]*ast.Term, 0, len(scriptbound.Plugins))
+	var boundPlugins []*ast.Term
 	for _, p := range scriptbound.Plugins {
 		var fs []*ast.Term
 		for _, f := range r.bound {
@@ -422,6 +425,9 @@ func (r *hpcRead) value() ast.Value {
 			}
 		}
 		bound = append(bound, ast.Item(pluginKeys[p], ast.ArrayTerm(fs...)))
+		if len(fs) > 0 {
+			boundPlugins = append(boundPlugins, pluginKeys[p])
+		}
 	}
 	obj := ast.NewObject(
 		ast.Item(ast.StringTerm("inert"), ast.BooleanTerm(r.inert)),
@@ -434,6 +440,7 @@ func (r *hpcRead) value() ast.Value {
 		ast.Item(gpusKey, ast.IntNumberTerm(int(r.gpus))),
 		ast.Item(flavorSizedKey, ast.ArrayTerm(r.flavorSized...)),
 		ast.Item(scriptBoundKey, ast.ObjectTerm(bound...)),
+		ast.Item(boundPluginsKey, ast.ArrayTerm(boundPlugins...)),
 	)
 	if r.sbatch != nil {
 		obj.Insert(ast.StringTerm("sbatch"), r.sbatch)

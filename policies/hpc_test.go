@@ -2,6 +2,7 @@ package policies
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -79,9 +80,23 @@ func TestPodHPC(t *testing.T) {
 					bound = append(bound, p+" "+string(f.Value.(ast.Object).Get(ast.StringTerm("field")).Value.(ast.String)))
 				})
 			}
+			var boundPlugins []string
+			got.Get(ast.StringTerm("bound_plugins")).Value.(*ast.Array).Foreach(func(p *ast.Term) {
+				boundPlugins = append(boundPlugins, string(p.Value.(ast.String)))
+			})
+			var wantPlugins []string
+			for _, b := range tc.bound {
+				if p, _, _ := strings.Cut(b, " "); !slices.Contains(wantPlugins, p) {
+					wantPlugins = append(wantPlugins, p)
+				}
+			}
+			slices.Sort(boundPlugins)
+			if !slices.Equal(boundPlugins, wantPlugins) {
+				t.Errorf("bound_plugins %q, want %q", boundPlugins, wantPlugins)
+			}
 			rest := ast.NewObject()
 			got.Foreach(func(k, v *ast.Term) {
-				if k.Value.Compare(ast.String("script_bound")) != 0 {
+				if k.Value.Compare(ast.String("script_bound")) != 0 && k.Value.Compare(ast.String("bound_plugins")) != 0 {
 					rest.Insert(k, v)
 				}
 			})

@@ -128,8 +128,12 @@ decision := {
 	hpc_input := input.hpc
 	[1 | hpc_input.inert != true; hpc_input.sbatch_only != true] == []
 	[1 | hpc_input.gpus > 0; not hpc.gpu_auto] == []
-	is_object(hpc_input.script_bound)
-	[1 | some p in _hpc_plugins; count(hpc_input.script_bound[p]) > 0] == []
+
+	# Only the node's plugin's findings count; most pods have none, and then the
+	# node's plugin is never looked up.
+	bound := hpc_input.bound_plugins
+	is_array(bound)
+	[1 | some p in bound; p in _hpc_plugins] == []
 	[1 |
 		some name, value in hpc_input.sbatch.options
 		not hpc.options[name]

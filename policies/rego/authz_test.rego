@@ -51,7 +51,7 @@ base := {
 }
 
 # input.hpc of a pod that sets nothing the HPC side reads (policies/hpc.go).
-inert_hpc := {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "flavor_sized": [], "script_bound": {"slurm": [], "htcondor": []}}
+inert_hpc := {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "flavor_sized": [], "script_bound": {"slurm": [], "htcondor": []}, "bound_plugins": []}
 
 # with_spec merges extra fields into the base pod spec.
 with_spec(extra) := object.union(base, {"pod": object.union(base.pod, {"spec": object.union(base.pod.spec, extra)})})

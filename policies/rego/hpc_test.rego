@@ -22,7 +22,7 @@ settings := {
 	"nodes": {"vk-condor": {"plugin": "htcondor"}},
 }
 
-inert := {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "flavor_sized": [], "script_bound": {"slurm": [], "htcondor": []}}
+inert := {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "flavor_sized": [], "script_bound": {"slurm": [], "htcondor": []}, "bound_plugins": []}
 
 base := {
 	"operation": "create",

@@ -35,7 +35,7 @@ base := {
 
 # input.hpc as sar-bridge derives it (policies/hpc.go): of a pod that sets nothing
 # the HPC side reads, and of one that sets annotations the plugins read.
-inert_hpc := {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "flavor_sized": [], "script_bound": {"slurm": [], "htcondor": []}}
+inert_hpc := {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "flavor_sized": [], "script_bound": {"slurm": [], "htcondor": []}, "bound_plugins": []}
 
 set_hpc := object.union(inert_hpc, {"inert": false})
 

@@ -17,7 +17,7 @@ create(quota) := {
 	"node": {"name": "vk-a", "found": true, "labels": {}, "taints": [], "allocatable": {}},
 	"review": {"allowed": true, "denied": false, "reason": "RBAC: allowed", "attributes": []},
 	"quota": quota,
-	"hpc": {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "flavor_sized": [], "script_bound": {"slurm": [], "htcondor": []}},
+	"hpc": {"inert": true, "sbatch_only": false, "runtime": {}, "host_paths": [], "ids": [], "words": [], "host_mode": false, "gpus": 0, "flavor_sized": [], "script_bound": {"slurm": [], "htcondor": []}, "bound_plugins": []},
 }
 
 # hard: 2 pods, 4 cores, 8 GiB, 2 GPUs; 1 GPU on vk-a.
