@@ -33,6 +33,7 @@ func screenBody(raw []byte, allowJobScript bool) string {
 			msgs = append(msgs, f.Message())
 		}
 	}
+	msgs = append(msgs, missingImages(body)...)
 	if t := body.Get(ast.StringTerm("jobScript")); t != nil && !allowJobScript {
 		switch s := t.Value.(type) {
 		case ast.Null:
@@ -45,4 +46,38 @@ func screenBody(raw []byte, allowJobScript bool) string {
 		}
 	}
 	return strings.Join(msgs, "; ")
+}
+
+// missingImages: the API server requires every container's image, but a body is only
+// what the caller sent, and the plugins write a missing image as an empty word, where
+// the command's first word would then stand (an option of singularity's, say).
+// (scriptbound refuses an empty image wherever the pod is decided.)
+func missingImages(body ast.Object) []string {
+	pod, _ := termValue(body, "pod").(ast.Object)
+	spec, _ := termValue(pod, "spec").(ast.Object)
+	var msgs []string
+	for _, list := range []string{"initContainers", "containers"} {
+		cs, ok := termValue(spec, list).(*ast.Array)
+		if !ok {
+			continue
+		}
+		for i := range cs.Len() {
+			c, _ := cs.Elem(i).Value.(ast.Object)
+			if _, ok := termValue(c, "image").(ast.String); !ok {
+				msgs = append(msgs, fmt.Sprintf("pod.spec.%s[%d].image is missing: the plugins would write an empty word where the image goes, and the command's first word would take its place", list, i))
+			}
+		}
+	}
+	return msgs
+}
+
+// termValue is obj[key], nil when obj is nil or has no such member.
+func termValue(obj ast.Object, key string) ast.Value {
+	if obj == nil {
+		return nil
+	}
+	if t := obj.Get(ast.StringTerm(key)); t != nil {
+		return t.Value
+	}
+	return nil
 }

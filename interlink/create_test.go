@@ -97,9 +97,9 @@ func TestDecisionInputIsThePodAlone(t *testing.T) {
 const createBodyFixture = `{"pod": {"metadata": {"name": "p", "namespace": "team-a", "annotations": {"keep": "me", "b": "user-chosen"}},
   "spec": {"containers": [
     {"name": "main", "image": "busybox"},
-    {"name": "capped", "resources": {"limits": {"cpu": "500m"}}},
-    {"name": "empty", "resources": {"limits": {}, "requests": {"cpu": "100m"}}}],
-   "initContainers": [{"name": "init", "resources": null}]}},
+    {"name": "capped", "image": "busybox", "resources": {"limits": {"cpu": "500m"}}},
+    {"name": "empty", "image": "busybox", "resources": {"limits": {}, "requests": {"cpu": "100m"}}}],
+   "initContainers": [{"name": "init", "image": "busybox", "resources": null}]}},
  "container": [{"name": "main", "secrets": [{"data": {"token": "czNjcjN0PiY="}}]}],
  "jobConfig": {"x": "<&>"}, "jobScript": "#!/bin/sh\necho <hi>"}`
 

@@ -281,6 +281,9 @@ func TestCreate(t *testing.T) {
 		{name: "a volume map key the plugins would write unquoted", path: "/create", decider: &fakeDecider{d: allowed(nil)},
 			body:       `{"pod": {"metadata": {"name": "p"}}, "container": [{"name": "main", "projectedvolumemaps": [{"metadata": {"name": "v"}, "data": {"ok/token": "x", "x$(touch owned)": "y"}}]}]}`,
 			wantStatus: http.StatusForbidden, wantBody: `sar-bridge: denied: container[0].projectedvolumemaps[0].data["x$(touch owned)"] contains '$' (byte 1): the SLURM plugin writes it unquoted into the job script; allowed: a relative path of plain segments (letters, digits and _ . -, no . or .. segment)`, outcome: outcomeDenied},
+		{name: "a container without an image", path: "/create", decider: &fakeDecider{d: allowed(nil)},
+			body:       `{"pod": {"metadata": {"name": "p"}, "spec": {"initContainers": [{"name": "i", "image": "busybox"}], "containers": [{"name": "c", "command": ["--bind=/:/host", "docker://busybox"]}]}}}`,
+			wantStatus: http.StatusForbidden, wantBody: "sar-bridge: denied: pod.spec.containers[0].image is missing: the plugins would write an empty word where the image goes, and the command's first word would take its place", outcome: outcomeDenied},
 		{name: "too large", path: "/create", body: createBodyFixture, maxBody: 64, decider: &fakeDecider{d: allowed(nil)},
 			wantStatus: http.StatusRequestEntityTooLarge, wantBody: "sar-bridge: bad request: body larger than 64 bytes (--interlink.max-body-bytes)", outcome: outcomeInvalid},
 	}
@@ -351,7 +354,7 @@ func TestCreateForwardsModifiedBody(t *testing.T) {
 func TestCreateForwardsRunAsUser(t *testing.T) {
 	d := &fakeDecider{d: allowed(map[string]any{"pod_annotations": map[string]any{}, "resource_limits": map[string]any{}, "run_as_user": 20001})}
 	h := newHarness(t, d, Options{})
-	in := `{"pod": {"metadata": {"name": "p", "namespace": "team-a"}, "spec": {"securityContext": {"fsGroup": 7}, "containers": [{"name": "main"}]}},
+	in := `{"pod": {"metadata": {"name": "p", "namespace": "team-a"}, "spec": {"securityContext": {"fsGroup": 7}, "containers": [{"name": "main", "image": "busybox"}]}},
  "container": [{"name": "main", "secrets": [{"data": {"token": "czNjcjN0PiY="}}]}], "jobConfig": {"x": "<&>"}}`
 	res, body := h.do(t, http.MethodPost, "/create", []byte(in))
 	if res.StatusCode != http.StatusCreated || string(body) != pluginAnswer {
@@ -361,7 +364,7 @@ func TestCreateForwardsRunAsUser(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("plugin got %d requests", len(got))
 	}
-	want := `{"pod":{"metadata":{"name": "p", "namespace": "team-a"},"spec":{"securityContext":{"fsGroup":7,"runAsUser":20001},"containers":[{"name": "main"}]}},` +
+	want := `{"pod":{"metadata":{"name": "p", "namespace": "team-a"},"spec":{"securityContext":{"fsGroup":7,"runAsUser":20001},"containers":[{"name": "main", "image": "busybox"}]}},` +
 		`"container":[{"name": "main", "secrets": [{"data": {"token": "czNjcjN0PiY="}}]}],"jobConfig":{"x": "<&>"}}`
 	if string(got[0].body) != want {
 		t.Fatalf("forwarded\n  %s\nwant\n  %s", got[0].body, want)
