@@ -168,6 +168,11 @@ func newDecisionCore(ctx context.Context, o serveOptions, reg prometheus.Registe
 		return nil, err
 	}
 	quotas.authorizerConfig(&cfg)
+	// Tenants may be OffloadTenant objects: only without them (the CRD not installed)
+	// does an empty mapping deny every pod.
+	if mappings.Current().Len() == 0 && quotas.directory == nil {
+		level.Warn(logger).Log("msg", "no tenant mappings and no OffloadTenant objects (their CRD is not installed): every pod will be denied as unmapped")
+	}
 	authz := authorizer.New(cfg, reviewer, view, evaluator, metrics, logger)
 	if err := enableOpenShift(o, authz, view, client, restConfig, evaluator.Documents()); err != nil {
 		return nil, err
@@ -180,9 +185,6 @@ func newMappingSource(ctx context.Context, o serveOptions, reg prometheus.Regist
 	mappings, err := mapping.NewSource(ctx, o.decision.mappings, o.decision.mappingsFile, o.reloadInterval, logger, reg)
 	if err != nil {
 		return nil, fmt.Errorf("tenant mappings: %w", err)
-	}
-	if mappings.Current().Len() == 0 {
-		level.Warn(logger).Log("msg", "no tenant mappings: every pod will be denied as unmapped")
 	}
 	return mappings, nil
 }

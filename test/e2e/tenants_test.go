@@ -467,3 +467,20 @@ subjects:
 		})
 	}
 }
+
+// A bridge without --openshift.mappings, on a cluster that serves OffloadTenants, takes
+// its tenants from the objects: it does not warn at start that every pod will be denied
+// as unmapped (issue 40).
+func TestTenantsNoFalseUnmappedWarning(t *testing.T) {
+	b, err := startBridge("no-mappings", "--policies.data="+suite.dataFile, "--log.level=debug")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	if err := b.WaitReady(time.Minute); err != nil {
+		t.Fatalf("not ready: %v\n%s", err, b.Log())
+	}
+	if log := b.Log(); strings.Contains(log, "denied as unmapped") {
+		t.Errorf("the bridge warns that every pod will be denied, while tenants are OffloadTenant objects:\n%s", log)
+	}
+}
