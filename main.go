@@ -16,7 +16,6 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
-	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/go-kit/log"
@@ -101,24 +100,19 @@ func run(o serveOptions, logger log.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	registry := newRegistry()
-	core, err := newDecisionCore(ctx, o, registry, logger)
+	core, err := newDecisionCore(ctx, o.decision, coreUse{reviews: o.reviews(registry, logger), targets: o.admission.targets}, registry, logger)
 	if err != nil {
+		return err
+	}
+	defer core.stop()
+	if err := enableOpenShift(o, core.authz, core.view, core.client, core.restConfig, core.evaluator.Documents()); err != nil {
 		return err
 	}
 	l, err := newListeners(ctx, o, core, registry, logger)
 	if err != nil {
 		return err
 	}
-	err = serve(ctx, o, core, l, registry, logger)
-	// The reconciler's lease released, another replica takes over at once.
-	core.quotas.waitStopped(ledgerReleaseTimeout)
-	if core.opa != nil {
-		// The last decision logs and status go out before the process ends.
-		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		core.opa.Stop(stopCtx)
-		cancel()
-	}
-	return err
+	return serve(ctx, o, core, l, registry, logger)
 }
 
 // newRegistry is the metrics registry, with the Go, process and build collectors.

@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
-	"time"
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
@@ -19,27 +19,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sar-bridge/sar-bridge/admin"
 	"github.com/sar-bridge/sar-bridge/authorizer"
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/kube"
-	"github.com/sar-bridge/sar-bridge/mapping"
-	"github.com/sar-bridge/sar-bridge/policies"
-	"github.com/sar-bridge/sar-bridge/tenants"
 )
-
-// adminSyncTimeout bounds the wait for the first list of namespaces and nodes.
-const adminSyncTimeout = 30 * time.Second
 
 // Exit code of a command line the admin commands cannot run.
 const exitUsage = 2
 
-const checkHelp = `Decide pods as the server would, from a terminal: the same mappings, policies and
-data flags, live SubjectAccessReviews (no cache), the live cluster; no server is involved.
+const checkHelp = `Decide pods as the server would, from a terminal: the server's decision core, built
+from the same flags (tenants from the flags, the mappings file and OffloadTenants;
+policies, their data, --cluster.resources and OPA bundles; quotas against the ledgers'
+usage), with live SubjectAccessReviews (no cache); nothing is charged and no server is
+involved.
 
 -f takes Pods and workloads with a pod template (Job, CronJob, Deployment, StatefulSet,
 DaemonSet, ReplicaSet), several documents at once, "-" for stdin. A template becomes a
@@ -70,11 +66,12 @@ Flags:
 
 const whoCanHelp = `List the subjects (users, groups, service accounts) that may offload pods, per
 namespace: those bound by RoleBindings and ClusterRoleBindings to a rule granting the
-operation's verb on "pods" in the API group the namespace's tenant maps to (wildcards
-included), each confirmed by a SubjectAccessReview. Namespaces of unmapped tenants are
-left out. Subjects allowed only through another binding of a group they belong to appear
-as that group. The server's decision flags are all accepted, so its command line can be
-reused; who-can reads the mappings, --tenant.label and --review.node-access.
+operation's verb on "pods" in the API group of the namespace's tenant (wildcards
+included), each confirmed by a SubjectAccessReview. Tenants and their groups are the
+server's: OffloadTenants, --openshift.mappings, the mappings file and --tenant.label.
+Namespaces of unmapped tenants are left out. Subjects allowed only through another
+binding of a group they belong to appear as that group. Every server flag that changes
+a decision is accepted, so its command line can be reused.
 
 Exit status: 0 success (also when no subject may offload), 1 an error, 2 a usage error.
 
@@ -132,6 +129,11 @@ func parseAdmin(fs *flag.FlagSet, help string, args []string, stdout, stderr io.
 	return -1
 }
 
+func validOperation(op string) bool {
+	_, ok := decisionapi.Verb(op)
+	return ok
+}
+
 func usageError(stderr io.Writer, name string, err error) int {
 	fmt.Fprintf(stderr, "error: %v\nSee '%s --help' for usage.\n", err, name)
 	return exitUsage
@@ -145,17 +147,11 @@ func (o *decisionOptions) validateAdmin(a adminFlags) error {
 	switch {
 	case a.output != "" && a.output != "json":
 		return fmt.Errorf("--output %q: want json or nothing", a.output)
-	case a.operation != "create" && a.operation != "delete" && a.operation != "status":
-		return fmt.Errorf("--operation %q: want create, delete or status", a.operation)
+	case !validOperation(a.operation):
+		return fmt.Errorf("--operation %q: want one of %s", a.operation, strings.Join(decisionapi.Operations(), ", "))
 	}
 	o.complete() // $KUBECONFIG, as the server and kubectl do
 	return nil
-}
-
-// adminClient connects as the kubeconfig's user.
-func adminClient(o decisionOptions) (kubernetes.Interface, error) {
-	client, _, err := o.newClient("sar-bridge-admin")
-	return client, err
 }
 
 // defaultNamespace is --namespace, else the kubeconfig context's, as kubectl reads it.
@@ -174,112 +170,11 @@ func defaultNamespace(cfg decisionOptions, namespace string) (string, error) {
 	return ns, nil
 }
 
-// loadMappings merges the flags' mappings with the mappings file, once.
-func loadMappings(cfg decisionOptions) (mapping.Mappings, error) {
-	if cfg.mappingsFile == "" {
-		return cfg.mappings, nil
-	}
-	file, err := mapping.ParseFile(cfg.mappingsFile)
-	if err != nil {
-		return mapping.Mappings{}, fmt.Errorf("--openshift.mappings-file: %w", err)
-	}
-	return mapping.Merge(cfg.mappings, file)
-}
-
-// noCache is a review cache that never holds anything: every review of a check is live.
-type noCache struct{}
-
-func (noCache) Get(context.Context, string) ([]byte, bool, error)        { return nil, false, nil }
-func (noCache) Set(context.Context, string, []byte, time.Duration) error { return nil }
-
-// newCheckAuthorizer builds the server's decision pipeline over the live cluster; with
-// --config-file, the policy of its bundles and its decision logs, which stopPlugins
-// flushes.
-func newCheckAuthorizer(ctx context.Context, cfg decisionOptions, opa opaPluginOptions, client kubernetes.Interface, impersonating bool, stderr io.Writer) (_ *authorizer.Authorizer, stopPlugins func(), err error) {
-	mappings, err := loadMappings(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	evaluator, err := policies.NewReloader(ctx, policies.ReloaderOptions{Options: policies.Options{Dir: cfg.policyDir, DataFile: cfg.policyData}})
-	if err != nil {
-		return nil, nil, fmt.Errorf("loading policies: %w", err)
-	}
-	plugins, err := opa.start(ctx, evaluator, nil, level.NewFilter(log.NewLogfmtLogger(stderr), level.AllowWarn()))
-	if err != nil {
-		return nil, nil, err
-	}
-	stop := func() {
-		if plugins != nil {
-			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			plugins.Stop(stopCtx)
-		}
-	}
-	defer func() {
-		if err != nil {
-			stop() // not stopPlugins: a failed return has set it to nil
-		}
-	}()
-	// Fail fast on an API that cannot answer, rather than waiting out the informers.
-	if err := kube.CheckReachable(ctx, client, cfg.reviewTimeout); err != nil {
-		return nil, nil, err
-	}
-	view := kube.NewClusterView(client, time.Hour)
-	view.Start(ctx)
-	syncCtx, cancel := context.WithTimeout(ctx, adminSyncTimeout)
-	defer cancel()
-	if !view.WaitForSync(syncCtx) {
-		return nil, nil, fmt.Errorf("listing namespaces and nodes: not done within %s (may the kubeconfig's user list and watch them?)", adminSyncTimeout)
-	}
-	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff), noCache{},
-		authorizer.CachingReviewerOptions{Timeout: cfg.reviewTimeout})
-	authzCfg := cfg.authorizerConfig(mappings)
-	if err := checkTenants(ctx, cfg, mappings, client, &authzCfg); err != nil {
-		return nil, nil, err
-	}
-	authzCfg.DecisionLog = plugins.DecisionLog()
-	authz := authorizer.New(authzCfg, reviewer, view, evaluator, nil, nil)
-	if impersonating {
-		// The impersonation checks are reviews for the caller, which the server
-		// sends for its authenticated callers; here the caller is the kubeconfig's user,
-		// and nothing is cached.
-		if err := setImpersonation(authz, client, 0, 0); err != nil {
-			return nil, nil, err
-		}
-	}
-	return authz, stop, nil
-}
-
-// checkTenants reads the OffloadTenants as the server does (groups, namespaces, quotas),
-// when the cluster has them: a check decides a tenant with a quota against its ledger's
-// usage, and charges nothing (check runs its decisions WithoutCharge).
-func checkTenants(ctx context.Context, cfg decisionOptions, mappings mapping.Mappings, client kubernetes.Interface, authzCfg *authorizer.Config) error {
-	served, err := tenantsServed(client)
-	if err != nil || !served {
-		return err
-	}
-	_, restConfig, err := cfg.newClient("sar-bridge-admin")
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(restConfig)
-	if err != nil {
-		return err
-	}
-	dir, err := tenants.NewDirectory(dyn, time.Hour, mappings)
-	if err != nil {
-		return err
-	}
-	go dir.Run(ctx)
-	syncCtx, cancel := context.WithTimeout(ctx, adminSyncTimeout)
-	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), dir.HasSynced) {
-		return fmt.Errorf("listing OffloadTenants: not done within %s (may the kubeconfig's user list and watch offloadtenants.sar-bridge.io?)", adminSyncTimeout)
-	}
-	authzCfg.Mappings, authzCfg.Tenants = dir, dir
-	// Prior only: nothing is charged.
-	authzCfg.Ledger = tenants.NewLedger(nil, kube.NewPodReader(client, kube.DefaultRetryBackoff), tenants.LedgerOptions{})
-	return nil
+// newAdminCore is the server's decision core (newDecisionCore) for a one-shot command:
+// live reviews, nothing charged, warnings on stderr.
+func newAdminCore(ctx context.Context, o decisionOptions, stderr io.Writer) (*decisionCore, error) {
+	logger := level.NewFilter(log.NewLogfmtLogger(stderr), level.AllowWarn())
+	return newDecisionCore(ctx, o, coreUse{}, nil, logger)
 }
 
 // withKubeconfigUser puts the kubeconfig's user in ctx as the decision's caller, as the
@@ -301,9 +196,7 @@ func withKubeconfigUser(ctx context.Context, client kubernetes.Interface) (conte
 func runCheck(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var cfg decisionOptions
 	var a adminFlags
-	var opa opaPluginOptions
 	fs := newAdminFlagSet("check", &cfg, &a)
-	opa.addFlags(fs) // decide by the site's bundles, and log the decisions, as the server does
 	fs.StringArrayVarP(&a.filenames, "filename", "f", nil, "File of Pods or workloads to check (repeatable); - reads stdin.")
 	fs.StringVar(&a.as, "as", "", "Decide for this user (input.user) instead of each pod's service account; the kubeconfig's user must be allowed to impersonate it.")
 	fs.StringArrayVar(&a.asGroups, "as-group", nil, "A group of --as (repeatable); the groups are taken as given, as input.user is.")
@@ -321,7 +214,7 @@ func runCheck(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	outcomes, err := check(ctx, cfg, opa, a, stdin, stderr)
+	outcomes, err := check(ctx, cfg, a, stdin, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return admin.ExitError
@@ -338,12 +231,8 @@ func runCheck(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return admin.ExitCode(outcomes)
 }
 
-// check reads the pods and decides each one.
-func check(ctx context.Context, cfg decisionOptions, opa opaPluginOptions, a adminFlags, stdin io.Reader, stderr io.Writer) ([]admin.Outcome, error) {
-	client, err := adminClient(cfg)
-	if err != nil {
-		return nil, err
-	}
+// check reads the pods and decides each one, charging nothing.
+func check(ctx context.Context, cfg decisionOptions, a adminFlags, stdin io.Reader, stderr io.Writer) ([]admin.Outcome, error) {
 	namespace, err := defaultNamespace(cfg, a.namespace)
 	if err != nil {
 		return nil, err
@@ -352,20 +241,25 @@ func check(ctx context.Context, cfg decisionOptions, opa opaPluginOptions, a adm
 	if err != nil {
 		return nil, err
 	}
-	opts := admin.CheckOptions{Operation: a.operation, Node: a.node}
-	if a.as != "" {
-		opts.User = &admin.User{Username: a.as, Groups: a.asGroups}
-		if ctx, err = withKubeconfigUser(ctx, client); err != nil {
-			return nil, err
-		}
-	}
-	authz, stopPlugins, err := newCheckAuthorizer(ctx, cfg, opa, client, a.as != "", stderr)
+	core, err := newAdminCore(ctx, cfg, stderr)
 	if err != nil {
 		return nil, err
 	}
-	outcomes := admin.Check(authorizer.WithoutCharge(ctx), authz, pods, opts)
-	stopPlugins() // the decision logs go out before check exits
-	return outcomes, nil
+	defer core.stop() // the decision logs go out before check exits
+	opts := admin.CheckOptions{Operation: a.operation, Node: a.node}
+	if a.as != "" {
+		opts.User = &admin.User{Username: a.as, Groups: a.asGroups}
+		if ctx, err = withKubeconfigUser(ctx, core.client); err != nil {
+			return nil, err
+		}
+		// The impersonation checks are reviews for the caller, which the server sends
+		// for its authenticated callers; here the caller is the kubeconfig's user, and
+		// nothing is cached.
+		if err := setImpersonation(core.authz, core.client, 0, 0); err != nil {
+			return nil, err
+		}
+	}
+	return admin.Check(authorizer.WithoutCharge(ctx), core.authz, pods, opts), nil
 }
 
 // readPods reads the pods of every -f in order.
@@ -410,7 +304,7 @@ func runWhoCan(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rows, err := whoCan(ctx, cfg, a)
+	rows, err := whoCan(ctx, cfg, a, stderr)
 	if err == nil && len(rows) == 0 && a.output == "" {
 		fmt.Fprintln(stderr, "No subjects found.")
 		return 0
@@ -429,33 +323,36 @@ func runWhoCan(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// whoCan lists the candidates of the target namespaces and confirms each one.
-func whoCan(ctx context.Context, cfg decisionOptions, a adminFlags) ([]admin.Row, error) {
-	client, err := adminClient(cfg)
+// whoCan lists the candidates of the target namespaces and confirms each one. The
+// namespaces' tenants and groups are the decision core's (OffloadTenants, flags,
+// mappings file), as the server resolves them.
+func whoCan(ctx context.Context, cfg decisionOptions, a adminFlags, stderr io.Writer) ([]admin.Row, error) {
+	core, err := newAdminCore(ctx, cfg, stderr)
 	if err != nil {
 		return nil, err
 	}
-	mappings, err := loadMappings(cfg)
+	defer core.stop()
+	namespaces, err := listNamespaces(ctx, core.client, a.namespace)
 	if err != nil {
 		return nil, err
 	}
-	namespaces, err := listNamespaces(ctx, client, a.namespace)
+	var targets []admin.Target
+	for _, ns := range namespaces {
+		resolved := core.authz.ResolveTenant(&ns)
+		switch {
+		case resolved.Mapped:
+			targets = append(targets, admin.Target{Namespace: ns.Name, Group: resolved.Group})
+		case a.namespace != "":
+			return nil, fmt.Errorf("nobody may offload from namespace %q: %s", ns.Name, resolved.Reason)
+		}
+	}
+	rbac, err := admin.ListRBAC(ctx, core.client, a.namespace)
 	if err != nil {
 		return nil, err
 	}
-	targets := admin.Targets(namespaces, mappings, cfg.tenantLabel)
-	if a.namespace != "" && len(targets) == 0 {
-		ns := namespaces[0]
-		tenant := mapping.Tenant(ns.Name, ns.Labels, cfg.tenantLabel)
-		return nil, fmt.Errorf("tenant %q (namespace %q) has no API group mapping: nobody may offload from it", tenant, ns.Name)
-	}
-	rbac, err := admin.ListRBAC(ctx, client, a.namespace)
-	if err != nil {
-		return nil, err
-	}
-	verb := map[string]string{"create": "create", "delete": "delete", "status": "get"}[a.operation]
+	verb, _ := decisionapi.Verb(a.operation) // validated with the flags
 	candidates := admin.Candidates(rbac, targets, verb)
-	reviewer := kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff)
+	reviewer := kube.NewSubjectAccessReviewer(core.client, kube.DefaultRetryBackoff)
 	return admin.Confirm(ctx, reviewer, candidates, admin.ConfirmOptions{Verb: verb, Node: a.node})
 }
 

@@ -76,7 +76,7 @@ func TestAdminCommandLines(t *testing.T) {
 		{name: "check stray argument", args: []string{"check", "-f", job, "pod"}, code: 2, stderr: "error: unexpected arguments: [\"pod\"]\nSee 'sar-bridge check --help' for usage.\n"},
 		{name: "check --as-group alone", args: []string{"check", "-f", job, "--as-group", "g"}, code: 2, stderr: "error: --as-group needs --as\nSee 'sar-bridge check --help' for usage.\n"},
 		{name: "check bad operation", args: []string{"check", "-f", job, "--operation", "update"}, code: 2,
-			stderr: "error: --operation \"update\": want create, delete or status\nSee 'sar-bridge check --help' for usage.\n"},
+			stderr: "error: --operation \"update\": want one of create, delete, status\nSee 'sar-bridge check --help' for usage.\n"},
 		{name: "check bad mapping", args: []string{"check", "-f", job, "--openshift.mappings", "x"}, code: 2,
 			stderr: "error: --openshift.mappings: mapping \"x\": want tenant=group\nSee 'sar-bridge check --help' for usage.\n"},
 		{name: "who-can unknown flag", args: []string{"who-can", "--nope"}, code: 2, stderr: "error: unknown flag: --nope\nSee 'sar-bridge who-can --help' for usage.\n"},

@@ -69,15 +69,11 @@ type clusterData struct{ reader *clusterdata.Reader }
 
 // start resolves --cluster.resources through discovery and starts their informers. An
 // unknown resource fails start-up.
-func (c *clusterConfig) start(ctx context.Context, restConfig func() (*rest.Config, error), logger log.Logger) (*clusterData, error) {
+func (c *clusterConfig) start(ctx context.Context, restConfig *rest.Config, logger log.Logger) (*clusterData, error) {
 	if len(c.resources) == 0 {
 		return nil, nil
 	}
-	cfg, err := restConfig()
-	if err != nil {
-		return nil, err
-	}
-	reader, err := clusterdata.NewForConfig(cfg, c.resources, c.resync)
+	reader, err := clusterdata.NewForConfig(restConfig, c.resources, c.resync)
 	if err != nil {
 		return nil, fmt.Errorf("--cluster.resources: %w", err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 
@@ -14,7 +13,7 @@ func TestClusterFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(o.cluster.resources, ","); got != "pods,configmaps,deployments.apps" {
+	if got := strings.Join(o.decision.cluster.resources, ","); got != "pods,configmaps,deployments.apps" {
 		t.Fatalf("resources = %s", got)
 	}
 	for _, args := range [][]string{
@@ -29,10 +28,9 @@ func TestClusterFlags(t *testing.T) {
 
 func TestClusterDataNone(t *testing.T) {
 	var c clusterConfig
-	called := false
-	d, err := c.start(context.Background(), func() (*rest.Config, error) { called = true; return nil, errors.New("unused") }, nil)
-	if err != nil || d != nil || called {
-		t.Fatalf("start without resources = %v, %v (client built: %v)", d, err, called)
+	d, err := c.start(context.Background(), &rest.Config{Host: "http://127.0.0.1:1"}, nil)
+	if err != nil || d != nil {
+		t.Fatalf("start without resources = %v, %v", d, err)
 	}
 	if d.policyReader() != nil {
 		t.Fatal("policyReader of no resources is not a nil interface")
@@ -44,7 +42,7 @@ func TestClusterDataNone(t *testing.T) {
 
 func TestClusterStartFails(t *testing.T) {
 	c := clusterConfig{resources: []string{"pods"}}
-	_, err := c.start(context.Background(), func() (*rest.Config, error) { return &rest.Config{Host: "http://127.0.0.1:1"}, nil }, nil)
+	_, err := c.start(context.Background(), &rest.Config{Host: "http://127.0.0.1:1"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "--cluster.resources") {
 		t.Fatalf("err = %v", err)
 	}

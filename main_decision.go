@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-kit/log"
@@ -13,7 +15,9 @@ import (
 	flag "github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
+	"github.com/sar-bridge/sar-bridge/admission"
 	"github.com/sar-bridge/sar-bridge/authorizer"
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
@@ -21,20 +25,29 @@ import (
 	"github.com/sar-bridge/sar-bridge/policies"
 )
 
-// decisionOptions are the flags that shape a decision. The server and the admin commands
-// register them from here, so `check` and `who-can` decide with exactly the server's
-// options and cannot drift from it.
+// decisionOptions are every flag that changes a decision: who the tenants are, the
+// policies and what they read, the reviews, the quotas, the OPA plugins. The server and
+// the admin commands register all of them from here and build their decision core from
+// them with newDecisionCore, so `check` and `who-can` decide with exactly the server's
+// options and a new flag that changes decisions exists for every command at once.
 type decisionOptions struct {
-	kubeconfig    string
-	mappingPairs  []string
-	mappingsFile  string
-	tenantLabel   string
-	policyDir     string
-	policyData    string
-	nodeAccess    bool
-	reviewTimeout time.Duration
-	kubeQPS       float32
-	kubeBurst     int
+	kubeconfig     string
+	mappingPairs   []string
+	mappingsFile   string
+	tenantLabel    string
+	policyDir      string
+	policyData     string
+	nodeAccess     bool
+	reviewTimeout  time.Duration
+	kubeQPS        float32
+	kubeBurst      int
+	reloadInterval time.Duration
+	vkManagers     []string
+
+	informer informerOptions  // --informer.*: the namespace and node informers
+	cluster  clusterConfig    // --cluster.*: what k8s.get and k8s.list read (main_cluster.go)
+	quota    quotaOptions     // --quota.*: tenant offload quotas (main_quota.go)
+	opa      opaPluginOptions // --config-file, --bundles.*: OPA's plugins (main_opaplugins.go)
 
 	// Parsed by validate.
 	mappings mapping.Mappings
@@ -52,6 +65,17 @@ func (o *decisionOptions) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.reviewTimeout, "review.timeout", 5*time.Second, "Longest wait for one SubjectAccessReview; past it the decision is a 503, never an allow.")
 	fs.Float32Var(&o.kubeQPS, "kube.qps", 50, "Queries per second to the Kubernetes API.")
 	fs.IntVar(&o.kubeBurst, "kube.burst", 100, "Burst of queries to the Kubernetes API.")
+	fs.DurationVar(&o.reloadInterval, "reload.interval", 5*time.Second, "How often --policies, --policies.data and --openshift.mappings-file are checked for changes.")
+	fs.StringSliceVar(&o.vkManagers, "interlink.vk-field-managers", []string{"vk", "virtual-kubelet"},
+		"Field managers (repeatable or comma-separated) under which interLink's Virtual Kubelet writes slurm-job.vk.io/pre-exec and interlink.eu/wstunnel-client-commands into pods. "+
+			"It names none, so the API server takes its binary's name: vk in interLink's image, virtual-kubelet in its release archives. "+
+			"A create (relay or Data API) that sets one of them reads the pod from the API server: the annotation is the VK's (input.hpc.writers[key] == \"vk\", which the default policy lets through) "+
+			"when the live pod holds the same value, last written under one of these names. "+
+			"A field manager is a name the writer chooses, not an identity: anyone who may create, update or patch pods in a namespace can write under these names, so on the relay alone this trusts them all not to (README, \"Use with interLink\"). Empty: nothing is the VK's.")
+	o.informer.addFlags(fs)
+	o.cluster.addFlags(fs)
+	o.quota.addFlags(fs)
+	o.opa.addFlags(fs)
 }
 
 // validate checks the flags and parses the mappings.
@@ -65,6 +89,15 @@ func (o *decisionOptions) validate() error {
 		return errors.New("--tenant.label must not be empty")
 	case o.reviewTimeout <= 0:
 		return errors.New("--review.timeout must be positive")
+	case o.reloadInterval <= 0:
+		return errors.New("--reload.interval must be positive")
+	case slices.ContainsFunc(o.vkManagers, func(m string) bool { return strings.TrimSpace(m) == "" }):
+		return errors.New("--interlink.vk-field-managers: empty field manager name")
+	}
+	for _, check := range []func() error{o.informer.validate, o.cluster.validate, o.quota.validate} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -80,11 +113,6 @@ func (o *decisionOptions) complete() {
 // newClient connects to the Kubernetes API as the kubeconfig's user.
 func (o *decisionOptions) newClient(userAgent string) (kubernetes.Interface, *rest.Config, error) {
 	return kube.NewClient(kube.ClientOptions{Kubeconfig: o.kubeconfig, QPS: o.kubeQPS, Burst: o.kubeBurst, UserAgent: userAgent})
-}
-
-// authorizerConfig is the decision's configuration over mappings.
-func (o *decisionOptions) authorizerConfig(mappings authorizer.TenantGroups) authorizer.Config {
-	return authorizer.Config{Mappings: mappings, TenantLabel: o.tenantLabel, NodeAccess: o.nodeAccess}
 }
 
 // informerOptions configure the namespace and node informers (--informer.*).
@@ -113,11 +141,27 @@ func (o *informerOptions) newClusterView(ctx context.Context, client kubernetes.
 	return view
 }
 
-// decisionCore is the server's decision pipeline and the cluster it reads: what every
-// front door (Data API, opa-openshift, interLink relay, admission webhooks) decides with.
+// coreUse is what a decision core is built for. The server caches reviews, charges
+// allowed creates to the tenants' ledgers and campaigns for the ledger's reconciler; an
+// admin command (check, who-can) asks every review live, charges nothing, and waits for
+// the cluster's first lists before its first decision.
+type coreUse struct {
+	// reviews builds the server's caching reviewer; nil: an admin command, every review
+	// live.
+	reviews func(ctx context.Context, client kubernetes.Interface, metrics *authorizer.Metrics) (*authorizer.CachingReviewer, error)
+	// targets say which nodes are virtual (the reconciler follows their pods); server only.
+	targets admission.Targets
+}
+
+func (u coreUse) serving() bool { return u.reviews != nil }
+
+// decisionCore is the decision pipeline and the cluster it reads: what every front door
+// (Data API, opa-openshift, interLink relay, admission webhooks) and every admin
+// command decides with.
 type decisionCore struct {
 	mappings   *mapping.Source
 	authz      *authorizer.Authorizer
+	evaluator  *policies.Reloader
 	view       *kube.ClusterView
 	client     kubernetes.Interface
 	restConfig *rest.Config
@@ -126,21 +170,33 @@ type decisionCore struct {
 	opa        *opaplugins.Plugins // --config-file (main_opaplugins.go); nil: none
 }
 
-// newDecisionCore builds the mappings, policies, client, informers, review cache and
-// authorizer of the server, in that order, and enables opa-openshift requests.
-func newDecisionCore(ctx context.Context, o serveOptions, reg prometheus.Registerer, logger log.Logger) (*decisionCore, error) {
-	mappings, err := newMappingSource(ctx, o, reg, logger)
+// newDecisionCore is the one assembly of the decision pipeline: the mappings, the
+// cluster built-ins' informers, the policies (reloaded, layered with OPA's bundles), the
+// client and informers, the reviews, the OffloadTenants and their ledgers, and the
+// authorizer over them, in that order.
+func newDecisionCore(ctx context.Context, o decisionOptions, use coreUse, reg prometheus.Registerer, logger log.Logger) (_ *decisionCore, err error) {
+	client, restConfig, err := o.newClient(userAgent(use))
 	if err != nil {
 		return nil, err
 	}
-	cluster, err := o.cluster.start(ctx, func() (*rest.Config, error) { _, c, err := o.decision.newClient("sar-bridge"); return c, err }, logger)
+	if !use.serving() {
+		// Fail fast on an API that cannot answer, rather than waiting out the informers.
+		if err := kube.CheckReachable(ctx, client, o.reviewTimeout); err != nil {
+			return nil, err
+		}
+	}
+	mappings, err := mapping.NewSource(ctx, o.mappings, o.mappingsFile, o.reloadInterval, logger, reg)
+	if err != nil {
+		return nil, fmt.Errorf("tenant mappings: %w", err)
+	}
+	cluster, err := o.cluster.start(ctx, restConfig, logger)
 	if err != nil {
 		return nil, err
 	}
 	// Policies and their data are reloaded when they change; a broken change is
 	// refused and the last good policy keeps serving.
 	evaluator, err := policies.NewReloader(ctx, policies.ReloaderOptions{
-		Options:  policies.Options{Dir: o.decision.policyDir, DataFile: o.decision.policyData, Cluster: cluster.policyReader()},
+		Options:  policies.Options{Dir: o.policyDir, DataFile: o.policyData, Cluster: cluster.policyReader()},
 		Interval: o.reloadInterval, Logger: logger, Registerer: reg,
 	})
 	if err != nil {
@@ -150,41 +206,82 @@ func newDecisionCore(ctx context.Context, o serveOptions, reg prometheus.Registe
 	if err != nil {
 		return nil, err
 	}
-	client, restConfig, err := o.decision.newClient("sar-bridge")
-	if err != nil {
-		return nil, err
-	}
+	core := &decisionCore{mappings: mappings, evaluator: evaluator, client: client, restConfig: restConfig, cluster: cluster, opa: opa}
+	defer func() {
+		if err != nil {
+			core.stop() // the plugins' decision logs and the reconciler's lease
+		}
+	}()
 	metrics := authorizer.NewMetrics(reg)
-	view := o.informer.newClusterView(ctx, client)
-	reviewer, err := newReviewer(ctx, o, client, metrics, reg, logger)
-	if err != nil {
+	core.view = o.informer.newClusterView(ctx, client)
+	reviewer := authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff), noCache{},
+		authorizer.CachingReviewerOptions{Timeout: o.reviewTimeout})
+	if use.serving() {
+		if reviewer, err = use.reviews(ctx, client, metrics); err != nil {
+			return nil, err
+		}
+	}
+	cfg := authorizer.Config{Mappings: mappings, TenantLabel: o.tenantLabel, NodeAccess: o.nodeAccess,
+		LivePods: kube.NewPodReader(client, kube.DefaultRetryBackoff), VKFieldManagers: o.vkManagers, DecisionLog: opa.DecisionLog()}
+	if core.quotas, err = o.quota.start(ctx, restConfig, client, core.view, mappings, use, o.tenantLabel, o.informer.resync, logger, reg); err != nil {
 		return nil, err
 	}
-	cfg := o.decision.authorizerConfig(mappings)
-	cfg.LivePods, cfg.VKFieldManagers = kube.NewPodReader(client, kube.DefaultRetryBackoff), o.interlink.vkManagers
-	cfg.DecisionLog = opa.DecisionLog()
-	quotas, err := o.quota.start(ctx, restConfig, client, view, mappings, o.admission.targets, o.decision.tenantLabel, o.informer.resync, logger, reg)
-	if err != nil {
-		return nil, err
-	}
-	quotas.authorizerConfig(&cfg)
+	core.quotas.authorizerConfig(&cfg)
 	// Tenants may be OffloadTenant objects: only without them (the CRD not installed)
 	// does an empty mapping deny every pod.
-	if mappings.Current().Len() == 0 && quotas.directory == nil {
+	if mappings.Current().Len() == 0 && core.quotas.directory == nil {
 		level.Warn(logger).Log("msg", "no tenant mappings and no OffloadTenant objects (their CRD is not installed): every pod will be denied as unmapped")
 	}
-	authz := authorizer.New(cfg, reviewer, view, evaluator, metrics, logger)
-	if err := enableOpenShift(o, authz, view, client, restConfig, evaluator.Documents()); err != nil {
-		return nil, err
+	core.authz = authorizer.New(cfg, reviewer, core.view, evaluator, metrics, logger)
+	if !use.serving() {
+		if err := core.waitForSync(ctx); err != nil {
+			return nil, err
+		}
 	}
-	return &decisionCore{mappings: mappings, authz: authz, view: view, client: client, restConfig: restConfig, cluster: cluster, quotas: quotas, opa: opa}, nil
+	return core, nil
 }
 
-// newMappingSource is the tenant mappings of the flags and the reloaded mappings file.
-func newMappingSource(ctx context.Context, o serveOptions, reg prometheus.Registerer, logger log.Logger) (*mapping.Source, error) {
-	mappings, err := mapping.NewSource(ctx, o.decision.mappings, o.decision.mappingsFile, o.reloadInterval, logger, reg)
-	if err != nil {
-		return nil, fmt.Errorf("tenant mappings: %w", err)
+func userAgent(use coreUse) string {
+	if use.serving() {
+		return "sar-bridge"
 	}
-	return mappings, nil
+	return "sar-bridge-admin"
 }
+
+// adminSyncTimeout bounds an admin command's wait for the first lists of the cluster.
+const adminSyncTimeout = 30 * time.Second
+
+// waitForSync waits for the first lists of namespaces, nodes, OffloadTenants and
+// --cluster.resources, so an admin command's first decision sees the whole cluster.
+func (c *decisionCore) waitForSync(ctx context.Context) error {
+	syncCtx, cancel := context.WithTimeout(ctx, adminSyncTimeout)
+	defer cancel()
+	if !c.view.WaitForSync(syncCtx) {
+		return fmt.Errorf("listing namespaces and nodes: not done within %s (may the kubeconfig's user list and watch them?)", adminSyncTimeout)
+	}
+	if d := c.quotas.directory; d != nil && !cache.WaitForCacheSync(syncCtx.Done(), d.HasSynced) {
+		return fmt.Errorf("listing OffloadTenants: not done within %s (may the kubeconfig's user list and watch offloadtenants.sar-bridge.io?)", adminSyncTimeout)
+	}
+	if c.cluster != nil && !c.cluster.reader.WaitForSync(syncCtx) {
+		return fmt.Errorf("listing --cluster.resources: not done within %s (may the kubeconfig's user list and watch them?)", adminSyncTimeout)
+	}
+	return nil
+}
+
+// stop ends what outlives a decision: OPA's plugins send their last decision logs and
+// status, and the reconciler releases its lease so another replica takes over at once.
+func (c *decisionCore) stop() {
+	if c.opa != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c.opa.Stop(stopCtx)
+		cancel()
+	}
+	c.quotas.waitStopped(ledgerReleaseTimeout)
+}
+
+// noCache is a review cache that never holds anything: every review of an admin
+// command is live.
+type noCache struct{}
+
+func (noCache) Get(context.Context, string) ([]byte, bool, error)        { return nil, false, nil }
+func (noCache) Set(context.Context, string, []byte, time.Duration) error { return nil }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -29,7 +28,6 @@ type interlinkConfig struct {
 	pluginTimeout     time.Duration
 	pluginDialTimeout time.Duration
 	readTimeout       time.Duration
-	vkManagers        []string
 	allowJobScript    bool
 
 	// Parsed by validate.
@@ -48,19 +46,10 @@ func (c *interlinkConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.pluginDialTimeout, "interlink.plugin-dial-timeout", 5*time.Second, "Longest wait to connect to the plugin.")
 	fs.DurationVar(&c.readTimeout, "interlink.read-timeout", time.Minute, "Longest time to read one request from interLink, body included.")
 	fs.BoolVar(&c.allowJobScript, "interlink.allow-job-script", false, "Forward creates whose body carries a jobScript (interLink's JobScriptBuilderURL or JobScriptTemplate): the SLURM plugin runs it on the HPC host as it is, outside any container and unjudged. Off: such creates get 403.")
-	fs.StringSliceVar(&c.vkManagers, "interlink.vk-field-managers", []string{"vk", "virtual-kubelet"},
-		"Field managers (repeatable or comma-separated) under which interLink's Virtual Kubelet writes slurm-job.vk.io/pre-exec and interlink.eu/wstunnel-client-commands into pods. "+
-			"It names none, so the API server takes its binary's name: vk in interLink's image, virtual-kubelet in its release archives. "+
-			"A create (relay or Data API) that sets one of them reads the pod from the API server: the annotation is the VK's (input.hpc.writers[key] == \"vk\", which the default policy lets through) "+
-			"when the live pod holds the same value, last written under one of these names. "+
-			"A field manager is a name the writer chooses, not an identity: anyone who may create, update or patch pods in a namespace can write under these names, so on the relay alone this trusts them all not to (README, \"Use with interLink\"). Empty: nothing is the VK's.")
 }
 
 // validate checks the flags; the relay is off without --interlink.listen.
 func (c *interlinkConfig) validate() error {
-	if slices.ContainsFunc(c.vkManagers, func(m string) bool { return strings.TrimSpace(m) == "" }) {
-		return errors.New("--interlink.vk-field-managers: empty field manager name")
-	}
 	if c.listen == "" {
 		if c.pluginURL != "" {
 			return errors.New("--interlink.plugin-url needs --interlink.listen")

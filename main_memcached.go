@@ -107,15 +107,18 @@ func (o *cacheOptions) checkMemcached() error {
 	return nil
 }
 
-// newReviewer is the server's reviewer: SubjectAccessReviews behind the review cache.
-func newReviewer(ctx context.Context, o serveOptions, client kubernetes.Interface, metrics *authorizer.Metrics, reg prometheus.Registerer, logger log.Logger) (*authorizer.CachingReviewer, error) {
-	reviewCache, allowedTTL, err := newReviewCache(ctx, o, client, reg, logger)
-	if err != nil {
-		return nil, err
+// reviews builds the server's reviewer: every SubjectAccessReview through the review
+// cache (in process, or memcached behind a short in-process tier).
+func (o serveOptions) reviews(reg prometheus.Registerer, logger log.Logger) func(context.Context, kubernetes.Interface, *authorizer.Metrics) (*authorizer.CachingReviewer, error) {
+	return func(ctx context.Context, client kubernetes.Interface, metrics *authorizer.Metrics) (*authorizer.CachingReviewer, error) {
+		reviewCache, allowedTTL, err := newReviewCache(ctx, o, client, reg, logger)
+		if err != nil {
+			return nil, err
+		}
+		return authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff), reviewCache, authorizer.CachingReviewerOptions{
+			AllowedTTL: allowedTTL, DeniedTTL: o.cache.deniedTTL, Timeout: o.decision.reviewTimeout, MaxInFlight: o.cache.maxInFlight, Metrics: metrics, Logger: logger,
+		}), nil
 	}
-	return authorizer.NewCachingReviewer(kube.NewSubjectAccessReviewer(client, kube.DefaultRetryBackoff), reviewCache, authorizer.CachingReviewerOptions{
-		AllowedTTL: allowedTTL, DeniedTTL: o.cache.deniedTTL, Timeout: o.decision.reviewTimeout, MaxInFlight: o.cache.maxInFlight, Metrics: metrics, Logger: logger,
-	}), nil
 }
 
 // newReviewCache returns the in-process cache, or memcached behind a short in-process
@@ -141,7 +144,7 @@ func newReviewCache(ctx context.Context, so serveOptions, client kubernetes.Inte
 		MaxAge:           authorizer.CachedReviewMaxAge(allowedTTL, o.deniedTTL),
 	}
 	var err error
-	if opts.Keys, err = o.loadKeys(ctx, so.reloadInterval, reg, logger); err != nil {
+	if opts.Keys, err = o.loadKeys(ctx, so.decision.reloadInterval, reg, logger); err != nil {
 		return nil, 0, err
 	}
 	if opts.ClusterID, err = clusterIdentity(ctx, client, o.clusterID, logger); err != nil {

@@ -51,13 +51,13 @@ func TestOpenShiftFlags(t *testing.T) {
 		check   func(t *testing.T, cfg serveOptions)
 	}{
 		{name: "defaults", check: func(t *testing.T, cfg serveOptions) {
-			if cfg.openshift.config.MaxSelectorNamespaces != 300 || cfg.informer.notFoundTTL.Seconds() != 5 {
-				t.Errorf("max selector namespaces %d, not-found TTL %s; want 300, 5s", cfg.openshift.config.MaxSelectorNamespaces, cfg.informer.notFoundTTL)
+			if cfg.openshift.config.MaxSelectorNamespaces != 300 || cfg.decision.informer.notFoundTTL.Seconds() != 5 {
+				t.Errorf("max selector namespaces %d, not-found TTL %s; want 300, 5s", cfg.openshift.config.MaxSelectorNamespaces, cfg.decision.informer.notFoundTTL)
 			}
 		}},
 		{name: "set", args: []string{"--opa.max-selector-namespaces=20", "--informer.not-found-ttl=0"}, check: func(t *testing.T, cfg serveOptions) {
-			if cfg.openshift.config.MaxSelectorNamespaces != 20 || cfg.informer.notFoundTTL != 0 {
-				t.Errorf("got %d, %s", cfg.openshift.config.MaxSelectorNamespaces, cfg.informer.notFoundTTL)
+			if cfg.openshift.config.MaxSelectorNamespaces != 20 || cfg.decision.informer.notFoundTTL != 0 {
+				t.Errorf("got %d, %s", cfg.openshift.config.MaxSelectorNamespaces, cfg.decision.informer.notFoundTTL)
 			}
 		}},
 		{name: "zero selector namespaces", args: []string{"--opa.max-selector-namespaces=0"}, wantErr: "--opa.max-selector-namespaces must be at least 1"},

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sar-bridge/sar-bridge/admission"
 	"github.com/sar-bridge/sar-bridge/authorizer"
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
@@ -89,10 +88,11 @@ func (p quotaParts) waitStopped(timeout time.Duration) {
 	}
 }
 
-// start follows the OffloadTenants (every replica: groups, namespaces, quotas) and, with
-// --quota.enabled, charges decisions to their ledgers and campaigns for the reconciler.
+// start follows the OffloadTenants (every replica and admin command: groups, namespaces,
+// quotas) and, with --quota.enabled, reads their ledgers; a server also charges
+// decisions to them and campaigns for the reconciler.
 func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeClient kubernetes.Interface, view *kube.ClusterView,
-	mappings *mapping.Source, targets admission.Targets, tenantLabel string, resync time.Duration, logger log.Logger, reg prometheus.Registerer) (quotaParts, error) {
+	mappings *mapping.Source, use coreUse, tenantLabel string, resync time.Duration, logger log.Logger, reg prometheus.Registerer) (quotaParts, error) {
 	served, err := tenantsServed(kubeClient)
 	if err != nil {
 		return quotaParts{}, err
@@ -114,6 +114,11 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 		level.Warn(logger).Log("msg", "--quota.enabled=false: creates of tenants with a quota are refused")
 		return quotaParts{directory: dir}, nil
 	}
+	if !use.serving() {
+		// Decided against the ledger's usage, charged nothing (no client to write with).
+		return quotaParts{directory: dir, ledger: tenants.NewLedger(nil, kube.NewPodReader(kubeClient, kube.DefaultRetryBackoff), tenants.LedgerOptions{})}, nil
+	}
+	targets := use.targets
 	c, err := ledgerClient(restConfig)
 	if err != nil {
 		return quotaParts{}, err

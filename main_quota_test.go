@@ -19,13 +19,13 @@ func TestQuotaFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !o.quota.enabled || o.quota.pendingTimeout != tenants.DefaultPendingTimeout || o.quota.leaseNamespace != "sar-bridge" ||
-		o.quota.interval != tenants.DefaultInterval || o.quota.maxPending != tenants.DefaultMaxPending {
-		t.Fatalf("defaults: %+v", o.quota)
+	if !o.decision.quota.enabled || o.decision.quota.pendingTimeout != tenants.DefaultPendingTimeout || o.decision.quota.leaseNamespace != "sar-bridge" ||
+		o.decision.quota.interval != tenants.DefaultInterval || o.decision.quota.maxPending != tenants.DefaultMaxPending {
+		t.Fatalf("defaults: %+v", o.decision.quota)
 	}
 	o, err = parseFlags([]string{"--quota.enabled=false", "--quota.pending-timeout=5m", "--quota.lease-namespace=interlink", "--quota.reservation-ttl=1m"})
-	if err != nil || o.quota.enabled || o.quota.pendingTimeout != 5*time.Minute || o.quota.leaseNamespace != "interlink" {
-		t.Fatalf("parsed %+v, %v", o.quota, err)
+	if err != nil || o.decision.quota.enabled || o.decision.quota.pendingTimeout != 5*time.Minute || o.decision.quota.leaseNamespace != "interlink" {
+		t.Fatalf("parsed %+v, %v", o.decision.quota, err)
 	}
 	for _, tc := range []struct{ args []string }{
 		{[]string{"--quota.pending-timeout=0s"}},
@@ -49,8 +49,8 @@ func TestQuotaWithoutCRD(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := fake.NewClientset()
-	view := o.informer.newClusterView(ctx, client)
-	parts, err := o.quota.start(ctx, &rest.Config{Host: "https://127.0.0.1:1"}, client, view, nil, o.admission.targets, "interlink.io/tenant", time.Minute, log.NewNopLogger(), prometheus.NewRegistry())
+	view := o.decision.informer.newClusterView(ctx, client)
+	parts, err := o.decision.quota.start(ctx, &rest.Config{Host: "https://127.0.0.1:1"}, client, view, nil, coreUse{reviews: o.reviews(nil, log.NewNopLogger()), targets: o.admission.targets}, "interlink.io/tenant", time.Minute, log.NewNopLogger(), prometheus.NewRegistry())
 	if err != nil || parts.directory != nil || parts.ledger != nil {
 		t.Fatalf("without the CRD: %+v, %v; want no parts", parts, err)
 	}

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	flag "github.com/spf13/pflag"
 )
@@ -15,8 +13,7 @@ import (
 // constructor that builds the concern's component from it. `check` and `who-can` take
 // the same decisionOptions, so they decide as the server does.
 type serveOptions struct {
-	decision  decisionOptions  // who may offload: mappings, policies, reviews (main_decision.go)
-	informer  informerOptions  // the namespace and node informers (main_decision.go)
+	decision  decisionOptions  // every flag that changes a decision (main_decision.go)
 	cache     cacheOptions     // --cache.*, --memcached.*, --review.max-in-flight (main_memcached.go)
 	web       webOptions       // --web.*: the two listeners (main_serve.go)
 	authn     authnOptions     // --authn.*: who may call the public listener (main_callers.go)
@@ -25,12 +22,8 @@ type serveOptions struct {
 	openshift openshiftOptions // --opa.*: opa-openshift compatibility (main_openshift.go)
 	interlink interlinkConfig  // --interlink.*: the plugin relay (main_interlink.go)
 	admission admissionConfig  // --admission.*: the admission webhooks (main_admission.go)
-	cluster   clusterConfig    // --cluster.*: the cluster built-ins' informers (main_cluster.go)
-	quota     quotaOptions     // --quota.*: tenant offload quotas' usage (main_quota.go)
-	opa       opaPluginOptions // --config-file, --bundles.*: OPA's plugins (main_opaplugins.go)
 
-	reloadInterval time.Duration
-	showVersion    bool
+	showVersion bool
 }
 
 // unsupportedFlags are opa-openshift flags sar-bridge refuses rather than ignores.
@@ -58,9 +51,7 @@ Flags:
 // addFlags registers every concern's flags on fs.
 func (o *serveOptions) addFlags(fs *flag.FlagSet) {
 	o.decision.addFlags(fs) // shared with `sar-bridge check` and `who-can` (main_admin.go)
-	fs.DurationVar(&o.reloadInterval, "reload.interval", 5*time.Second, "How often --policies, --policies.data and --openshift.mappings-file are checked for changes.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version, commit and Go version, then exit.")
-	o.informer.addFlags(fs)
 	o.cache.addFlags(fs)
 	o.web.addFlags(fs)
 	o.authn.addFlags(fs)
@@ -69,9 +60,6 @@ func (o *serveOptions) addFlags(fs *flag.FlagSet) {
 	o.openshift.addFlags(fs)
 	o.interlink.addFlags(fs)
 	o.admission.addFlags(fs)
-	o.cluster.addFlags(fs)
-	o.quota.addFlags(fs)
-	o.opa.addFlags(fs)
 	for name, why := range unsupportedFlags {
 		fs.String(name, "", "Not supported: "+why+".")
 		_ = fs.MarkHidden(name)
@@ -116,23 +104,12 @@ func (o *serveOptions) validate() error {
 		o.cache.validate,
 		o.interlink.validate,
 		o.admission.validate,
-		o.cluster.validate,
-		o.quota.validate,
-		o.informer.validate,
 		o.decision.validate,
-		o.validateReload,
 		o.web.validate,
 	} {
 		if err := check(); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-func (o *serveOptions) validateReload() error {
-	if o.reloadInterval <= 0 {
-		return errors.New("--reload.interval must be positive")
 	}
 	return nil
 }

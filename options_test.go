@@ -62,9 +62,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"openshift migration needs both matchers", func() concern { return &openshiftOptions{} }, []string{"--opa.package=p", "--opa.matcher=k8s_namespace_name", "--opa.viaq-to-otel-migration"}, "--opa.viaq-to-otel-migration needs"},
 		{"openshift zero selector namespaces", func() concern { return &openshiftOptions{} }, []string{"--opa.max-selector-namespaces=0"}, "--opa.max-selector-namespaces must be at least 1"},
 		{"interlink off", func() concern { return &interlinkConfig{} }, nil, ""},
-		{"interlink VK field managers, repeated and listed", func() concern { return &interlinkConfig{} }, []string{"--interlink.vk-field-managers=vk,my-vk", "--interlink.vk-field-managers=x"}, ""},
-		{"interlink no VK field manager", func() concern { return &interlinkConfig{} }, []string{"--interlink.vk-field-managers="}, ""},
-		{"interlink empty VK field manager", func() concern { return &interlinkConfig{} }, []string{"--interlink.vk-field-managers=vk,,x"}, "--interlink.vk-field-managers: empty field manager name"},
+		{"VK field managers, repeated and listed", func() concern { return &decisionOptions{tenantLabel: "l", reviewTimeout: 1, reloadInterval: 1} }, []string{"--interlink.vk-field-managers=vk,my-vk", "--interlink.vk-field-managers=x"}, ""},
+		{"no VK field manager", func() concern { return &decisionOptions{} }, []string{"--interlink.vk-field-managers="}, ""},
+		{"empty VK field manager", func() concern { return &decisionOptions{} }, []string{"--interlink.vk-field-managers=vk,,x"}, "--interlink.vk-field-managers: empty field manager name"},
 		{"interlink plugin without listen", func() concern { return &interlinkConfig{} }, []string{"--interlink.plugin-url=http://p"}, "--interlink.plugin-url needs --interlink.listen"},
 		{"admission bad identity", func() concern { return &admissionConfig{} }, []string{"--admission.identity=x"}, "--admission.identity"},
 		{"admission zero timeout", func() concern { return &admissionConfig{} }, []string{"--admission.timeout=0"}, "--admission.timeout must be positive"},
@@ -111,7 +111,7 @@ func TestVKFieldManagers(t *testing.T) {
 		{[]string{"--interlink.vk-field-managers=a,b", "--interlink.vk-field-managers=c"}, []string{"a", "b", "c"}},
 		{[]string{"--interlink.vk-field-managers="}, []string{}},
 	} {
-		var c interlinkConfig
+		var c decisionOptions
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		c.addFlags(fs)
 		if err := fs.Parse(tt.args); err != nil {

@@ -10,11 +10,12 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/authorizer"
 )
 
-// DecisionPath is the document the server answers at /v1/data/interlink/authz/decision.
-var DecisionPath = []string{"interlink", "authz", "decision"}
+// DecisionPath is the document of a pod decision.
+var DecisionPath = decisionapi.PathParts()
 
 // Exit codes of `sar-bridge check`.
 const (

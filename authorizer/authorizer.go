@@ -22,6 +22,7 @@ import (
 	k8sauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/sar-bridge/sar-bridge/astjson"
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/decisionlog"
 	"github.com/sar-bridge/sar-bridge/kube"
 	"github.com/sar-bridge/sar-bridge/mapping"
@@ -63,9 +64,6 @@ func (e *UnavailableError) Unwrap() error { return e.err }
 
 // NewUnavailableError marks err as a dependency failure.
 func NewUnavailableError(err error) *UnavailableError { return &UnavailableError{err: err} }
-
-// Operations and the review verb each one needs.
-var operationVerbs = map[string]string{"create": "create", "delete": "delete", "status": "get"}
 
 // TenantGroups maps a tenant to the API group its RBAC rules live in.
 type TenantGroups interface {
@@ -312,28 +310,12 @@ func (a *Authorizer) reviewTenant(ctx context.Context, req podRequest, subject S
 	case err != nil:
 		return tenantReview{failure: "namespace lookup failed"}, NewUnavailableError(err)
 	}
-	t := tenantReview{ns: ns, tenant: mapping.Tenant(ns.Name, ns.Labels, a.cfg.TenantLabel)}
-	if a.cfg.Tenants != nil {
-		// An OffloadTenant that lists the namespace names its tenant; two that list it
-		// leave it to none (no review: a person must fix the objects).
-		listed, ok, err := a.cfg.Tenants.Tenant(ns.Name)
-		switch {
-		case err != nil:
-			t.summary = reviewSummary{Reason: err.Error()}
-			return t, nil
-		case ok:
-			t.tenant = listed
-		}
-	}
-	var mapped bool
-	if t.group, mapped = a.cfg.Mappings.Group(t.tenant); !mapped {
+	t := tenantReview{ns: ns}
+	resolved := a.ResolveTenant(ns)
+	t.tenant, t.group = resolved.Tenant, resolved.Group
+	if !resolved.Mapped {
 		// No review: without a group there is nothing RBAC could grant.
-		t.summary = reviewSummary{Reason: fmt.Sprintf("tenant %q (namespace %q) has no API group mapping: add an OffloadTenant, --openshift.mappings %s=<group> or a %q fallback", t.tenant, pod.Namespace, t.tenant, mapping.Fallback)}
-		if a.cfg.Tenants != nil {
-			if conflict := a.cfg.Tenants.Conflict(t.tenant); conflict != "" {
-				t.summary.Reason = conflict
-			}
-		}
+		t.summary = reviewSummary{Reason: resolved.Reason}
 		return t, nil
 	}
 	specs := reviewSpecs(subject, req.Operation, t.group, pod, req.NodeName, a.cfg.NodeAccess)
@@ -342,6 +324,44 @@ func (a *Authorizer) reviewTenant(ctx context.Context, req podRequest, subject S
 		return t, NewUnavailableError(fmt.Errorf("subject access review failed: %w", err))
 	}
 	return t, nil
+}
+
+// ResolvedTenant is a namespace's tenant and the API group its RBAC rules live in.
+type ResolvedTenant struct {
+	Tenant, Group string
+	// Mapped is false when RBAC can grant nothing to the namespace's pods: Reason says
+	// why (no mapping, or OffloadTenants in conflict).
+	Mapped bool
+	Reason string
+}
+
+// ResolveTenant is how every decision, and who-can, names a namespace's tenant and
+// group: an OffloadTenant that lists the namespace, else the tenant label, else the
+// namespace itself; its group from the OffloadTenant, the flags or the mappings file.
+func (a *Authorizer) ResolveTenant(ns *corev1.Namespace) ResolvedTenant {
+	r := ResolvedTenant{Tenant: mapping.Tenant(ns.Name, ns.Labels, a.cfg.TenantLabel)}
+	if a.cfg.Tenants != nil {
+		// An OffloadTenant that lists the namespace names its tenant; two that list it
+		// leave it to none (no review: a person must fix the objects).
+		listed, ok, err := a.cfg.Tenants.Tenant(ns.Name)
+		switch {
+		case err != nil:
+			r.Reason = err.Error()
+			return r
+		case ok:
+			r.Tenant = listed
+		}
+	}
+	if r.Group, r.Mapped = a.cfg.Mappings.Group(r.Tenant); r.Mapped {
+		return r
+	}
+	r.Reason = fmt.Sprintf("tenant %q (namespace %q) has no API group mapping: add an OffloadTenant, --openshift.mappings %s=<group> or a %q fallback", r.Tenant, ns.Name, r.Tenant, mapping.Fallback)
+	if a.cfg.Tenants != nil {
+		if conflict := a.cfg.Tenants.Conflict(r.Tenant); conflict != "" {
+			r.Reason = conflict
+		}
+	}
+	return r
 }
 
 // maxSyncWait bounds how long a decision waits for the first list of the cluster.
@@ -379,9 +399,10 @@ func (a *Authorizer) synced() bool {
 // service account creates in the namespace.
 func reviewSpecs(s Subject, operation, group string, pod podIdentity, nodeName string, nodeAccess bool) []authorizationv1.SubjectAccessReviewSpec {
 	base := authorizationv1.SubjectAccessReviewSpec{UID: s.UID, User: s.Username, Groups: s.Groups, Extra: extraValues(s.Extra)}
+	verb, _ := decisionapi.Verb(operation) // validated with the input
 	podSpec := base
 	podSpec.ResourceAttributes = &authorizationv1.ResourceAttributes{
-		Namespace: pod.Namespace, Verb: operationVerbs[operation], Group: group, Resource: "pods",
+		Namespace: pod.Namespace, Verb: verb, Group: group, Resource: "pods",
 	}
 	if operation != "create" {
 		podSpec.ResourceAttributes.Name = pod.Name

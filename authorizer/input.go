@@ -5,17 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	k8sjson "sigs.k8s.io/json"
+
 	"github.com/sar-bridge/sar-bridge/astjson"
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/policies"
 	"github.com/sar-bridge/sar-bridge/sizedlru"
 	"github.com/sar-bridge/sar-bridge/strictjson"
-	k8sjson "sigs.k8s.io/json"
 )
 
 // podRequest is a pod decision's input, decoded once: the document the policy sees, in
@@ -52,8 +55,8 @@ func decodePodInput(raw []byte, specs podSpecs) (podRequest, error) {
 			return req, inputErrorf("input: operation must be a string, not %v", ast.ValueName(f.Value))
 		}
 	}
-	if _, ok := operationVerbs[req.Operation]; !ok && req.Operation != "" {
-		return req, inputErrorf("input.operation %q is not one of create, delete, status", req.Operation)
+	if _, ok := decisionapi.Verb(req.Operation); !ok && req.Operation != "" {
+		return req, inputErrorf("input.operation %q is not one of %s", req.Operation, strings.Join(decisionapi.Operations(), ", "))
 	}
 	pod, ok := fields["pod"]
 	if _, isObject := pod.Value.(ast.Object); !ok || !isObject {

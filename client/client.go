@@ -26,10 +26,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 )
 
 // DefaultPath is the bridge's decision document.
-const DefaultPath = "/v1/data/interlink/authz/decision"
+const DefaultPath = decisionapi.DataAPIPath
 
 // maxResponseBytes bounds an answer: a decision is a few KiB.
 const maxResponseBytes = 1 << 20

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/authorizer"
 )
 
@@ -35,7 +36,7 @@ const (
 	// DefaultMaxBodyBytes fits a create that carries the pod's ConfigMaps and Secrets
 	// (up to 1 MiB each in Kubernetes).
 	DefaultMaxBodyBytes   = 32 << 20
-	DefaultDecisionPath   = "interlink/authz/decision"
+	DefaultDecisionPath   = decisionapi.Path
 	defaultDecisionTime   = 10 * time.Second
 	defaultPluginTimeout  = 2 * time.Minute
 	defaultPluginDialTime = 5 * time.Second

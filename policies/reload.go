@@ -16,6 +16,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/hotreload"
 )
 
@@ -42,7 +43,7 @@ type ReloaderOptions struct {
 // does, or fails to evaluate it, is rejected: a typo in a replaced authz.rego
 // must not turn every decision into "undefined".
 var guardedDocuments = [][]string{
-	{"interlink", "authz", "decision"},
+	decisionapi.PathParts(),
 	{"interlink", "authz", "allow"},
 }
 

@@ -17,10 +17,12 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 )
 
 // DecisionPath is the OPA-compatible decision endpoint.
-const DecisionPath = "/v1/data/interlink/authz/decision"
+const DecisionPath = decisionapi.DataAPIPath
 
 // BridgeOptions configures StartBridge.
 type BridgeOptions struct {

@@ -293,7 +293,7 @@ func TestCheckErrors(t *testing.T) {
 		t.Errorf("unreachable API: exit code %d, stdout %q, stderr %q", got.code, got.stdout, got.stderr)
 	}
 	got = runCLI(t, "", adminArgs("who-can", unreachable)...)
-	if got.code != 1 || got.stdout != "" || !strings.HasPrefix(got.stderr, "error: listing namespaces: ") || strings.Count(got.stderr, "\n") != 1 {
+	if got.code != 1 || got.stdout != "" || !strings.HasPrefix(got.stderr, "error: kubernetes API /readyz: ") || strings.Count(got.stderr, "\n") != 1 {
 		t.Errorf("who-can, unreachable API: exit code %d, stdout %q, stderr %q", got.code, got.stdout, got.stderr)
 	}
 
@@ -375,6 +375,6 @@ team-a     ServiceAccount  team-a/runner   interlink.io  RoleBinding/offload (Cl
 	})
 	t.Run("an unmapped namespace", func(t *testing.T) {
 		runCLI(t, "", adminArgs("who-can", kubeconfig, "-n", "orphan")...).
-			check(t, 1, "", "error: tenant \"orphan\" (namespace \"orphan\") has no API group mapping: nobody may offload from it\n")
+			check(t, 1, "", "error: nobody may offload from namespace \"orphan\": tenant \"orphan\" (namespace \"orphan\") has no API group mapping: add an OffloadTenant, --openshift.mappings orphan=<group> or a \"*\" fallback\n")
 	})
 }
