@@ -10,8 +10,8 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
-	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/authorizer"
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 )
 
 // DecisionPath is the document of a pod decision.
@@ -30,10 +30,7 @@ type Decider interface {
 }
 
 // User is an identity asserted with --as and --as-group (input.user).
-type User struct {
-	Username string   `json:"username"`
-	Groups   []string `json:"groups,omitempty"`
-}
+type User = decisionapi.User
 
 // CheckOptions are what a check adds to each pod's input.
 type CheckOptions struct {
@@ -60,17 +57,7 @@ func (o Outcome) Allowed() bool {
 
 // Input is the Data API input the server would receive for p.
 func Input(p Pod, opts CheckOptions) (json.RawMessage, error) {
-	in := map[string]any{"pod": p.Pod}
-	if opts.Operation != "" {
-		in["operation"] = opts.Operation
-	}
-	if opts.Node != "" {
-		in["node"] = map[string]string{"name": opts.Node}
-	}
-	if opts.User != nil {
-		in["user"] = opts.User
-	}
-	b, err := json.Marshal(in)
+	b, err := decisionapi.Input{Operation: opts.Operation, Pod: p.Pod, Node: decisionapi.OnNode(opts.Node), User: opts.User}.Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("encoding the input of %s: %w", p.Source, err)
 	}

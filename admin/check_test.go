@@ -130,7 +130,7 @@ func TestInput(t *testing.T) {
 	}{
 		{"defaults", CheckOptions{}, `{"pod":{"metadata":{"name":"p","namespace":"ns"},"spec":{"containers":null},"status":{}}}`},
 		{"everything", CheckOptions{Operation: "delete", Node: "vk-1", User: &User{Username: "alice", Groups: []string{"g"}}},
-			`{"node":{"name":"vk-1"},"operation":"delete","pod":{"metadata":{"name":"p","namespace":"ns"},"spec":{"containers":null},"status":{}},"user":{"username":"alice","groups":["g"]}}`},
+			`{"operation":"delete","pod":{"metadata":{"name":"p","namespace":"ns"},"spec":{"containers":null},"status":{}},"node":{"name":"vk-1"},"user":{"username":"alice","groups":["g"]}}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

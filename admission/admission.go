@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/sar-bridge/sar-bridge/authorizer"
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/workload"
 )
 
@@ -547,15 +548,7 @@ func withNamespace(raw []byte, namespace string) (json.RawMessage, error) {
 
 // decide asks the authorizer for the pod, as the requester or as the pod's service account.
 func (h *Handler) decide(ctx context.Context, req *admissionv1.AdmissionRequest, s subject) (authorizer.Decision, error) {
-	input := struct {
-		Operation string          `json:"operation"`
-		Pod       json.RawMessage `json:"pod"`
-		Node      *nodeRef        `json:"node,omitempty"`
-	}{Operation: "create", Pod: s.raw}
-	if s.node != "" {
-		input.Node = &nodeRef{Name: s.node}
-	}
-	raw, err := json.Marshal(input)
+	raw, err := decisionapi.Input{Operation: "create", Pod: s.raw, Node: decisionapi.OnNode(s.node)}.Marshal()
 	if err != nil {
 		return authorizer.Decision{}, fmt.Errorf("encoding the decision input: %w", err)
 	}
@@ -583,10 +576,6 @@ func chargeMode(ctx context.Context, req *admissionv1.AdmissionRequest, s subjec
 		return authorizer.WithStoredPod(ctx)
 	}
 	return authorizer.WithNewPod(ctx)
-}
-
-type nodeRef struct {
-	Name string `json:"name"`
 }
 
 // actsForPod reports requesters that create or bind pods (and workloads: a CronJob's

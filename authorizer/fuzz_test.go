@@ -20,6 +20,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/sar-bridge/sar-bridge/cache"
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/mapping"
 	"github.com/sar-bridge/sar-bridge/policies"
 )
@@ -289,7 +290,7 @@ func policyVisibleShape(raw []byte) error {
 	}
 	if op, hasOp := in["operation"]; hasOp {
 		s, _ := op.(string)
-		if _, known := operationVerbs[s]; !known && s != "" {
+		if _, known := decisionapi.Verb(s); !known && s != "" {
 			return fmt.Errorf("input.operation is %#v", op)
 		}
 	}

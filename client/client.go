@@ -67,12 +67,7 @@ type Input struct {
 }
 
 // User is an identity asserted by a trusted caller.
-type User struct {
-	Username string              `json:"username"`
-	UID      string              `json:"uid,omitempty"`
-	Groups   []string            `json:"groups,omitempty"`
-	Extra    map[string][]string `json:"extra,omitempty"`
-}
+type User = decisionapi.User
 
 // Decision is the bridge's answer.
 type Decision struct {
@@ -190,26 +185,14 @@ func newTransport(caFile string) (http.RoundTripper, error) {
 	return t, nil
 }
 
-// wireInput is the Data API's input.
-type wireInput struct {
-	Operation string       `json:"operation"`
-	Pod       *corev1.Pod  `json:"pod"`
-	User      *User        `json:"user,omitempty"`
-	Node      *wireNodeRef `json:"node,omitempty"`
-}
-
-type wireNodeRef struct {
-	Name string `json:"name"`
-}
-
 // Decide asks the bridge about in. An error means no decision: refuse the pod.
 func (c *Client) Decide(ctx context.Context, in Input) (Decision, error) {
 	if in.Pod == nil {
 		return Decision{}, errors.New("client: Input.Pod is required")
 	}
 	body, err := json.Marshal(struct {
-		Input wireInput `json:"input"`
-	}{wireInput{Operation: in.Operation, Pod: in.Pod, User: in.User, Node: nodeRef(in.Node)}})
+		Input decisionapi.Input `json:"input"`
+	}{decisionapi.Input{Operation: in.Operation, Pod: in.Pod, User: in.User, Node: decisionapi.OnNode(in.Node)}})
 	if err != nil {
 		return Decision{}, fmt.Errorf("client: encoding the input: %w", err)
 	}
@@ -238,13 +221,6 @@ func (c *Client) Decide(ctx context.Context, in Input) (Decision, error) {
 		return Decision{}, &ResponseError{StatusCode: res.StatusCode, Message: "answer larger than 1 MiB"}
 	}
 	return parseAnswer(res.StatusCode, data)
-}
-
-func nodeRef(name string) *wireNodeRef {
-	if name == "" {
-		return nil
-	}
-	return &wireNodeRef{Name: name}
 }
 
 // parseAnswer reads a decision, or the error the bridge answered.

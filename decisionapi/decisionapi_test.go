@@ -1,6 +1,7 @@
 package decisionapi
 
 import (
+	"encoding/json"
 	"slices"
 	"testing"
 )
@@ -31,5 +32,23 @@ func TestPath(t *testing.T) {
 	}
 	if DataAPIPath != "/v1/data/interlink/authz/decision" {
 		t.Errorf("DataAPIPath = %q", DataAPIPath)
+	}
+}
+
+func TestInputMarshal(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   Input
+		want string
+	}{
+		{"pod only", Input{Pod: json.RawMessage(`{"metadata":{"name":"p"}}`)}, `{"pod":{"metadata":{"name":"p"}}}`},
+		{"everything", Input{Operation: "create", Pod: map[string]any{}, Node: OnNode("vk-1"), User: &User{Username: "alice", Groups: []string{"g"}}},
+			`{"operation":"create","pod":{},"node":{"name":"vk-1"},"user":{"username":"alice","groups":["g"]}}`},
+		{"no node", Input{Operation: "status", Pod: map[string]any{}, Node: OnNode("")}, `{"operation":"status","pod":{}}`},
+	} {
+		got, err := tt.in.Marshal()
+		if err != nil || string(got) != tt.want {
+			t.Errorf("%s: Marshal() = %s, %v; want %s", tt.name, got, err, tt.want)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/sar-bridge/sar-bridge/authorizer"
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 )
 
 // createBody is a parsed /create body (interLink's RetrievedPodData): the pod that is
@@ -40,10 +41,7 @@ func parseCreate(raw []byte) (createBody, error) {
 // decisionInput is the Data API input of a create: the pod alone, so the identity is the
 // pod's service account and the target node its spec.nodeName.
 func (c createBody) decisionInput() (json.RawMessage, error) {
-	return json.Marshal(struct {
-		Operation string          `json:"operation"`
-		Pod       json.RawMessage `json:"pod"`
-	}{"create", c.pod})
+	return decisionapi.Input{Operation: "create", Pod: c.pod}.Marshal()
 }
 
 // apply returns the body to forward: the original bytes when the modifications change
