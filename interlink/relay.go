@@ -22,8 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/authorizer"
+	"github.com/sar-bridge/sar-bridge/decisionapi"
 )
 
 // Decider answers a policy document for an input; authorizer.Authorizer is the real one.
