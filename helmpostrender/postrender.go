@@ -33,6 +33,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/sar-bridge/sar-bridge/charts/sar-bridge/rbac"
 )
 
 // Options says what to add.
@@ -99,30 +101,6 @@ const (
 
 // webListen keeps the Data API on loopback: only the relay is used in the sidecar.
 var webListen = fmt.Sprintf("127.0.0.1:%d", webPort)
-
-// ClusterRoleRules are the rules of manifests/base's ClusterRole: SubjectAccessReviews,
-// TokenReviews, watching Namespaces, Nodes and (for quotas) Pods, reading a Pod's
-// managedFields (who wrote the Virtual Kubelet's annotations), labelling the Pods the
-// quota ledger charged, watching OffloadTenants and writing their status (the ledger).
-func ClusterRoleRules() []any {
-	return []any{
-		map[string]any{"apiGroups": []any{"authorization.k8s.io"}, "resources": []any{"subjectaccessreviews"}, "verbs": []any{"create"}},
-		map[string]any{"apiGroups": []any{"authentication.k8s.io"}, "resources": []any{"tokenreviews"}, "verbs": []any{"create"}},
-		map[string]any{"apiGroups": []any{""}, "resources": []any{"namespaces", "nodes"}, "verbs": []any{"get", "list", "watch"}},
-		map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"get", "list", "watch"}},
-		map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"patch"}},
-		map[string]any{"apiGroups": []any{"sar-bridge.io"}, "resources": []any{"offloadtenants"}, "verbs": []any{"get", "list", "watch"}},
-		map[string]any{"apiGroups": []any{"sar-bridge.io"}, "resources": []any{"offloadtenants/status"}, "verbs": []any{"get", "update", "patch"}},
-	}
-}
-
-// LeaseRoleRules are the rules of manifests/base's Role: the Lease of the quota
-// reconciler's leader election.
-func LeaseRoleRules() []any {
-	return []any{
-		map[string]any{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "verbs": []any{"get", "create", "update"}},
-	}
-}
 
 // leaseNamespace is the namespace the bridge's args name for the Lease (the last
 // --quota.lease-namespace, as the flag parser keeps it), else the flag's default.
@@ -348,7 +326,7 @@ func Render(in []byte, o Options) ([]byte, error) {
 		docs = append(docs, np)
 	}
 	if o.RBAC {
-		extra, err := rbac(dep, spec, leaseNamespace(o.Args))
+		extra, err := rbacDocs(dep, spec, leaseNamespace(o.Args))
 		if err != nil {
 			return nil, err
 		}
@@ -416,12 +394,12 @@ func pluginURL(docs []document, spec, il map[string]any) (string, error) {
 	}
 }
 
-// rbac is the bridge's ClusterRole bound to the pod's ServiceAccount, and its leader
+// rbacDocs are the bridge's ClusterRole bound to the pod's ServiceAccount, and its leader
 // election's Role in leaseNS bound to the same. The Role goes where the Lease is, not in
 // the pod's namespace: the sidecars of every virtual node and the standalone replicas
 // elect one reconciler, so they share one Lease. leaseNS must exist when Helm installs
 // the rendering (manifests/base creates sar-bridge; the README installs the chart there).
-func rbac(dep, spec map[string]any, leaseNS string) ([]document, error) {
+func rbacDocs(dep, spec map[string]any, leaseNS string) ([]document, error) {
 	meta, _ := dep["metadata"].(map[string]any)
 	ns, _ := meta["namespace"].(string)
 	name, _ := meta["name"].(string)
@@ -430,6 +408,15 @@ func rbac(dep, spec map[string]any, leaseNS string) ([]document, error) {
 	}
 	if leaseNS == "" {
 		return nil, fmt.Errorf("the bridge args name an empty %s: the Role of its leader election needs a namespace", leaseNamespaceFlag)
+	}
+	// The rules of manifests/base's ClusterRole and Role: one source, charts/sar-bridge/rbac.
+	clusterRules, err := rbac.ClusterRoleRules()
+	if err != nil {
+		return nil, err
+	}
+	leaseRules, err := rbac.LeaseRoleRules()
+	if err != nil {
+		return nil, err
 	}
 	sa, _ := spec["serviceAccountName"].(string)
 	if sa == "" {
@@ -441,7 +428,7 @@ func rbac(dep, spec map[string]any, leaseNS string) ([]document, error) {
 	role := map[string]any{
 		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
 		"metadata": map[string]any{"name": objName, "labels": labels},
-		"rules":    ClusterRoleRules(),
+		"rules":    clusterRules,
 	}
 	binding := map[string]any{
 		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -452,7 +439,7 @@ func rbac(dep, spec map[string]any, leaseNS string) ([]document, error) {
 	leaseRole := map[string]any{
 		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
 		"metadata": map[string]any{"name": objName, "namespace": leaseNS, "labels": labels},
-		"rules":    LeaseRoleRules(),
+		"rules":    leaseRules,
 	}
 	leaseBinding := map[string]any{
 		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",

@@ -6,7 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sar-bridge/sar-bridge/charts/sar-bridge/rbac"
 )
 
 // chartOutput is shaped like `helm template` of interLink's chart (written here, not
@@ -205,7 +208,7 @@ func TestRender(t *testing.T) {
 				t.Errorf("NetworkPolicy:\n%s\nwant:\n%s", np.raw, wantPolicy("10250/TCP"))
 			}
 			role, binding := outDocs[len(outDocs)-4], outDocs[len(outDocs)-3]
-			if role.kind() != "ClusterRole" || role.name() != "sar-bridge-interlink-vk-hpc-node" || !reflect.DeepEqual(role.obj["rules"], roundTrip(t, ClusterRoleRules())) {
+			if role.kind() != "ClusterRole" || role.name() != "sar-bridge-interlink-vk-hpc-node" || !reflect.DeepEqual(role.obj["rules"], roundTrip(t, clusterRoleRules(t))) {
 				t.Errorf("ClusterRole:\n%s", role.raw)
 			}
 			wantSubjects := []any{map[string]any{"kind": "ServiceAccount", "name": "vk-hpc", "namespace": "interlink"}}
@@ -454,6 +457,16 @@ func TestRenderNetworkPolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// clusterRoleRules are the rules the ClusterRole must carry: manifests/base's.
+func clusterRoleRules(t *testing.T) []rbacv1.PolicyRule {
+	t.Helper()
+	r, err := rbac.ClusterRoleRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 func roundTrip(t *testing.T, v any) any {

@@ -53,7 +53,7 @@ const (
 // a virtual node and an ordinary one, and the users' rights. alice may create pods but
 // not offload; bob may do both; team-a's runner ServiceAccount too, and it is in the
 // group the protected taint allows. The namespace's default ServiceAccount may not offload.
-const admFixtures = `
+var admFixtures = `
 apiVersion: v1
 kind: Namespace
 metadata:
@@ -84,31 +84,11 @@ metadata:
   labels:
     kubernetes.io/os: linux
 ---
-# Kubernetes' own right to make pods (the aggregated "edit" role has no rules here: no
-# controller manager aggregates it).
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: pod-editor, namespace: adm-team}
-rules:
-  - apiGroups: [""]
-    resources: ["pods"]
-    verbs: ["create", "get", "list", "update", "patch"]
-  - apiGroups: ["batch"]
-    resources: ["jobs", "cronjobs"]
-    verbs: ["create", "get", "update", "patch"]
-  - apiGroups: ["apps"]
-    resources: ["deployments"]
-    verbs: ["create", "get", "update", "patch"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: pod-editors, namespace: adm-team}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-editor}
-subjects:
-  - {kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}
-  - {kind: User, name: bob, apiGroup: rbac.authorization.k8s.io}
-  - {kind: ServiceAccount, name: runner, namespace: team-a}
----
+` + podEditor("adm-team", []rule{
+	podRule("create", "get", "list", "update", "patch"),
+	{group: "batch", resources: []string{"jobs", "cronjobs"}, verbs: []string{"create", "get", "update", "patch"}},
+	{group: "apps", resources: []string{"deployments"}, verbs: []string{"create", "get", "update", "patch"}},
+}, userSubject("alice"), userSubject("bob"), saSubject("team-a", "runner")) + `---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {name: offload, namespace: adm-team}

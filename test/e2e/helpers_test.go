@@ -228,3 +228,48 @@ func pollDecision(t *testing.T, b *cluster.Bridge, within time.Duration, next fu
 
 func allowedAnswer(r *cluster.Response) bool { return r.Status == 200 && r.Allowed() }
 func deniedAnswer(r *cluster.Response) bool  { return r.Status == 200 && !r.Allowed() }
+
+// rule is a rule of a test Role: verbs on resources of one API group.
+type rule struct {
+	group            string
+	resources, verbs []string
+}
+
+// podRule is verbs on pods.
+func podRule(verbs ...string) rule { return rule{resources: []string{"pods"}, verbs: verbs} }
+
+// podEditor is the YAML of a Role "pod-editor" in ns with rules and its RoleBinding
+// "pod-editors" to subjects (userSubject, saSubject), to join with other documents:
+// Kubernetes' own right to make pods, which the right to offload does not include (and
+// the aggregated "edit" role has no rules here: no controller manager aggregates it).
+func podEditor(ns string, rules []rule, subjects ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: pod-editor, namespace: %s}\nrules:\n", ns)
+	for _, r := range rules {
+		fmt.Fprintf(&b, "  - apiGroups: [%q]\n    resources: %s\n    verbs: %s\n", r.group, flowList(r.resources), flowList(r.verbs))
+	}
+	fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: pod-editors, namespace: %s}\n", ns)
+	b.WriteString("roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-editor}\nsubjects:\n")
+	for _, s := range subjects {
+		fmt.Fprintf(&b, "  - %s\n", s)
+	}
+	return b.String()
+}
+
+// userSubject and saSubject are RoleBinding subjects, as YAML flow mappings.
+func userSubject(name string) string {
+	return fmt.Sprintf("{kind: User, name: %q, apiGroup: rbac.authorization.k8s.io}", name)
+}
+
+func saSubject(ns, name string) string {
+	return fmt.Sprintf("{kind: ServiceAccount, name: %q, namespace: %q}", name, ns)
+}
+
+// flowList is a YAML flow sequence of quoted strings.
+func flowList(items []string) string {
+	q := make([]string, len(items))
+	for i, s := range items {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}

@@ -31,7 +31,7 @@ const (
 
 // hpcFixtures: a namespace of the tenant hpc-team, where carol (a user) and the runner
 // ServiceAccount may create pods and offload them, and a virtual node.
-const hpcFixtures = `
+var hpcFixtures = `
 apiVersion: v1
 kind: Namespace
 metadata:
@@ -54,21 +54,7 @@ apiVersion: v1
 kind: ServiceAccount
 metadata: {name: runner, namespace: hpc-e2e}
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: pod-editor, namespace: hpc-e2e}
-rules:
-  - apiGroups: [""]
-    resources: ["pods"]
-    verbs: ["create", "get", "list", "update", "patch"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: pod-editors, namespace: hpc-e2e}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-editor}
-subjects:
-  - {kind: User, name: carol, apiGroup: rbac.authorization.k8s.io}
----
+` + podEditor("hpc-e2e", []rule{podRule("create", "get", "list", "update", "patch")}, userSubject("carol")) + `---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {name: offload, namespace: hpc-e2e}

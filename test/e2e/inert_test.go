@@ -48,7 +48,7 @@ const (
 	inertQuotaAdm   = "inert-quota-adm" // labelled inertLabel=on: the webhooks judge its pods
 )
 
-const inertFixtures = `
+var inertFixtures = `
 apiVersion: v1
 kind: Namespace
 metadata:
@@ -82,21 +82,7 @@ apiVersion: v1
 kind: ServiceAccount
 metadata: {name: runner, namespace: inert-e2e}
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: pod-editor, namespace: inert-e2e}
-rules:
-  - apiGroups: [""]
-    resources: ["pods"]
-    verbs: ["create", "get"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: pod-editors, namespace: inert-e2e}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-editor}
-subjects:
-  - {kind: User, name: inert-ivy, apiGroup: rbac.authorization.k8s.io}
----
+` + podEditor("inert-e2e", []rule{podRule("create", "get")}, userSubject("inert-ivy")) + `---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {name: offload, namespace: inert-e2e}
@@ -107,22 +93,7 @@ subjects:
 `
 
 // inertQuotaGrants let ivy create pods in the webhooks' quota namespace and offload them.
-const inertQuotaGrants = `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: pod-editor, namespace: inert-quota-adm}
-rules:
-  - apiGroups: [""]
-    resources: ["pods"]
-    verbs: ["create", "get"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: pod-editors, namespace: inert-quota-adm}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-editor}
-subjects:
-  - {kind: User, name: inert-ivy, apiGroup: rbac.authorization.k8s.io}
----
+var inertQuotaGrants = podEditor("inert-quota-adm", []rule{podRule("create", "get")}, userSubject("inert-ivy")) + `---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {name: offload-ivy, namespace: inert-quota-adm}

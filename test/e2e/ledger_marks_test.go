@@ -173,21 +173,8 @@ apiVersion: v1
 kind: ServiceAccount
 metadata: {name: tenant, namespace: ledger-marks}
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: pod-editor, namespace: ledger-marks}
-rules:
-  - apiGroups: [""]
-    resources: [pods, pods/status]
-    verbs: [get, list, watch, create, update, patch, delete]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: tenant-pod-editor, namespace: ledger-marks}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-editor}
-subjects:
-  - {kind: ServiceAccount, name: tenant, namespace: ledger-marks}
-`)
+`+podEditor(marksNS, []rule{{resources: []string{"pods", "pods/status"}, verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}},
+		saSubject(marksNS, "tenant")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -733,22 +733,7 @@ func TestLedgerWebhooks(t *testing.T) {
 	ctx := context.Background()
 	c := suite.cluster
 	lgTenant(t, tenant, map[string]string{lgLabel: "on"}, map[string]string{"pods": "5"})
-	grants, err := c.ApplyYAML(ctx, `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: pod-editor, namespace: lgr-adm}
-rules:
-  - apiGroups: [""]
-    resources: ["pods"]
-    verbs: ["create", "get"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: pod-editors, namespace: lgr-adm}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-editor}
-subjects:
-  - {kind: User, name: lgr-dana, apiGroup: rbac.authorization.k8s.io}
----
+	grants, err := c.ApplyYAML(ctx, podEditor(tenant, []rule{podRule("create", "get")}, userSubject("lgr-dana"))+`---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {name: offload-dana, namespace: lgr-adm}

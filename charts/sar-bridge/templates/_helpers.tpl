@@ -68,3 +68,17 @@ app.kubernetes.io/component: decision-service
 {{ $g }}
 {{- end }}
 {{- end }}
+
+{{- /*
+The rules of one of the bridge's own RBAC objects in rbac/ (ctx: the root context, file:
+its path in the chart). Those files are the one source of the rules: manifests/base and
+manifests/admission install them as they are and the post-renderer embeds them, so the
+chart takes their rules and gives them the release's names.
+*/}}
+{{- define "sar-bridge.rbacRules" -}}
+{{- $obj := .ctx.Files.Get .file | fromYaml -}}
+{{- if not $obj.rules }}
+{{- fail (printf "%s: no RBAC rules in the chart (%s)" .file (default "missing file" $obj.Error)) }}
+{{- end }}
+{{- toYaml $obj.rules }}
+{{- end }}
