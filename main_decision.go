@@ -47,7 +47,7 @@ func (o *decisionOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.mappingsFile, "openshift.mappings-file", "", "File of tenant=group lines (# comments allowed), merged with --openshift.mappings and reloaded when it changes; a broken file is rejected and the last good mappings kept.")
 	fs.StringVar(&o.tenantLabel, "tenant.label", "interlink.io/tenant", "Namespace (and node) label naming the tenant; a namespace without it is its own tenant.")
 	fs.StringVar(&o.policyDir, "policies", "", "Directory of .rego files that extend the embedded policy; a file named like an embedded one replaces it.")
-	fs.StringVar(&o.policyData, "policies.data", "", "JSON or YAML file whose object becomes the policy's data (the default policy reads limits, protected_taints, default_limits, restricted_annotations, image_registries and quotas under \"interlink\"; see README \"Writing policies\").")
+	fs.StringVar(&o.policyData, "policies.data", "", "JSON or YAML file whose object becomes the policy's data (the default policy reads limits, protected_taints, default_limits, restricted_annotations, image_registries and quotas under \"interlink\"; see docs/policies.md).")
 	fs.BoolVar(&o.nodeAccess, "review.node-access", false, "Also require \"use\" on \"nodes\" in the tenant's group, named after the target virtual node.")
 	fs.DurationVar(&o.reviewTimeout, "review.timeout", 5*time.Second, "Longest wait for one SubjectAccessReview; past it the decision is a 503, never an allow.")
 	fs.Float32Var(&o.kubeQPS, "kube.qps", 50, "Queries per second to the Kubernetes API.")

@@ -53,7 +53,7 @@ func (c *interlinkConfig) addFlags(fs *flag.FlagSet) {
 			"It names none, so the API server takes its binary's name: vk in interLink's image, virtual-kubelet in its release archives. "+
 			"A create (relay or Data API) that sets one of them reads the pod from the API server: the annotation is the VK's (input.hpc.writers[key] == \"vk\", which the default policy lets through) "+
 			"when the live pod holds the same value, last written under one of these names. "+
-			"A field manager is a name the writer chooses, not an identity: anyone who may create, update or patch pods in a namespace can write under these names, so on the relay alone this trusts them all not to (README, \"Use with interLink\"). Empty: nothing is the VK's.")
+			"A field manager is a name the writer chooses, not an identity: anyone who may create, update or patch pods in a namespace can write under these names, so on the relay alone this trusts them all not to (docs/install/README.md, \"interLink's mesh networking\"). Empty: nothing is the VK's.")
 }
 
 // validate checks the flags; the relay is off without --interlink.listen.
