@@ -36,7 +36,7 @@ var (
 	markerRE = regexp.MustCompile(`^\s*<!-- docs-test: skip: (.+?) -->\s*$`)
 	// anyMarkerRE catches a misspelt marker, which would otherwise leave a block unmarked
 	// without saying so.
-	anyMarkerRE = regexp.MustCompile(`<!--\s*docs-test`)
+	anyMarkerRE = regexp.MustCompile(`^\s*<!--\s*docs-test`)
 )
 
 // Parse returns the fenced blocks of one Markdown file. An indented code block (four
@@ -70,7 +70,9 @@ func Parse(file string, md []byte) ([]Block, error) {
 			body.WriteByte('\n')
 			continue
 		}
-		if m := fenceRE.FindStringSubmatch(line); m != nil {
+		// CommonMark: a backtick fence's info string holds no backtick (a line that
+		// starts with an inline code span is prose).
+		if m := fenceRE.FindStringSubmatch(line); m != nil && !strings.Contains(m[3], "`") {
 			info := strings.Fields(m[3])
 			b := Block{File: file, Line: lineNum, Attrs: map[string]string{}}
 			if len(info) > 0 {

@@ -153,6 +153,7 @@ func TestParse(t *testing.T) {
 		{"marker not just before", "<!-- docs-test: skip: far -->\n\n```go\nx\n```\n", nil, "cannot run"},
 		{"file on sh", "```sh file=x.sh\necho\n```\n", nil, "file= on a ```sh block"},
 		{"indented fence", "- item\n\n  ```text\n  out\n  ```\n", []Kind{Text}, ""},
+		{"code span at a line's start", "text\n```` ```sh ```` blocks run\n", nil, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,7 +23,7 @@ func Anchors(md string) map[string]bool {
 	seen := map[string]int{}
 	inFence := false
 	for _, line := range strings.Split(md, "\n") {
-		if fenceRE.MatchString(line) {
+		if isFence(line) {
 			inFence = !inFence
 			continue
 		}
@@ -53,7 +53,7 @@ func CheckLinks(root, file string) ([]string, error) {
 	var bad []string
 	inFence := false
 	for i, line := range strings.Split(string(md), "\n") {
-		if fenceRE.MatchString(line) {
+		if isFence(line) {
 			inFence = !inFence
 			continue
 		}
@@ -93,4 +93,10 @@ func CheckLinks(root, file string) ([]string, error) {
 		}
 	}
 	return bad, nil
+}
+
+// isFence: the line opens or closes a fenced block (see Parse).
+func isFence(line string) bool {
+	m := fenceRE.FindStringSubmatch(line)
+	return m != nil && !strings.Contains(m[3], "`")
 }
