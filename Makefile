@@ -46,7 +46,7 @@ times        = | $(TEST_TIMES) -record $(TIMES_DIR) -stage $(1) -timeout $(2)
 
 .PHONY: all build test unit e2e lint controlplane deps bench run fuzz rego-test clean help generate generate-check \
         binaries image image-test FORCE helm chart-test opa bench-deps bench-http bench-scale bench-ledger \
-        test-times times-reset
+        test-times times-reset docs
 
 all: build
 
@@ -156,6 +156,11 @@ bench-scale: build controlplane ## Memory against the cluster's size: start-up, 
 # Not part of make test either: three replicas decide a 1,000-pod array job twice.
 bench-ledger: build controlplane ## The quota ledger across replicas: API writes per admitted pod, conflicts, batch sizes, decision latency with charging against without (PODS, WORKERS, REPLICAS, ROUNDS).
 	hack/bench-ledger.sh
+
+# docs/reference/flags.md is every command's --help; test/docs fails while the committed
+# page differs from what this writes.
+docs: build ## Regenerate docs/reference/flags.md from the built binary's --help.
+	cd test && $(GO) run ./cmd/docgen -binary $(CURDIR)/$(BIN) -o $(CURDIR)/docs/reference/flags.md
 
 run: build deps controlplane ## A local control plane, example RBAC and the bridge on loopback; Ctrl-C stops it all.
 	cd test && $(GO) build -o $(CURDIR)/bin/local-cluster ./cmd/local-cluster

@@ -60,7 +60,7 @@ func (o *decisionOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.mappingsFile, "openshift.mappings-file", "", "File of tenant=group lines (# comments allowed), merged with --openshift.mappings and reloaded when it changes; a broken file is rejected and the last good mappings kept.")
 	fs.StringVar(&o.tenantLabel, "tenant.label", "interlink.io/tenant", "Namespace (and node) label naming the tenant; a namespace without it is its own tenant.")
 	fs.StringVar(&o.policyDir, "policies", "", "Directory of .rego files that extend the embedded policy; a file named like an embedded one replaces it.")
-	fs.StringVar(&o.policyData, "policies.data", "", "JSON or YAML file whose object becomes the policy's data (the default policy reads limits, protected_taints, default_limits, restricted_annotations, image_registries and quotas under \"interlink\"; see README \"Writing policies\").")
+	fs.StringVar(&o.policyData, "policies.data", "", "JSON or YAML file whose object becomes the policy's data (the default policy reads limits, protected_taints, default_limits, restricted_annotations, image_registries and quotas under \"interlink\"; see docs/policies.md).")
 	fs.BoolVar(&o.nodeAccess, "review.node-access", false, "Also require \"use\" on \"nodes\" in the tenant's group, named after the target virtual node.")
 	fs.DurationVar(&o.reviewTimeout, "review.timeout", 5*time.Second, "Longest wait for one SubjectAccessReview; past it the decision is a 503, never an allow.")
 	fs.Float32Var(&o.kubeQPS, "kube.qps", 50, "Queries per second to the Kubernetes API.")
@@ -71,7 +71,7 @@ func (o *decisionOptions) addFlags(fs *flag.FlagSet) {
 			"It names none, so the API server takes its binary's name: vk in interLink's image, virtual-kubelet in its release archives. "+
 			"A create (relay or Data API) that sets one of them reads the pod from the API server: the annotation is the VK's (input.hpc.writers[key] == \"vk\", which the default policy lets through) "+
 			"when the live pod holds the same value, last written under one of these names. "+
-			"A field manager is a name the writer chooses, not an identity: anyone who may create, update or patch pods in a namespace can write under these names, so on the relay alone this trusts them all not to (README, \"Use with interLink\"). Empty: nothing is the VK's.")
+			"A field manager is a name the writer chooses, not an identity: anyone who may create, update or patch pods in a namespace can write under these names, so on the relay alone this trusts them all not to (docs/install/README.md, \"interLink's mesh networking\"). Empty: nothing is the VK's.")
 	o.informer.addFlags(fs)
 	o.cluster.addFlags(fs)
 	o.quota.addFlags(fs)

@@ -23,7 +23,7 @@ type opaPluginOptions struct {
 }
 
 func (o *opaPluginOptions) addFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.configFile, "config-file", "", "OPA configuration file (OPA's format: services, bundles, decision_logs, status, keys, labels, persistence_directory; ${VAR} substituted from the environment). Bundles' policy and data are layered over the embedded policy and --policies/--policies.data; see README \"OPA bundles\".")
+	fs.StringVar(&o.configFile, "config-file", "", "OPA configuration file (OPA's format: services, bundles, decision_logs, status, keys, labels, persistence_directory; ${VAR} substituted from the environment). Bundles' policy and data are layered over the embedded policy and --policies/--policies.data; see docs/operations.md, \"OPA bundles, decision logs and status\".")
 	fs.StringVar(&o.id, "config.id", "", "This instance's id in status and decision logs (OPA's --id); default a random UUID.")
 	fs.DurationVar(&o.bundlesWait, "bundles.wait", 2*time.Minute, "With bundles configured, how long start-up waits for every bundle's first activation (downloaded, or read from its persisted copy) before it fails; nothing is decided before.")
 }

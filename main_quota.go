@@ -45,7 +45,7 @@ func (o *quotaOptions) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.interval, "quota.reconcile-interval", tenants.DefaultInterval, "How often the reconciler recalculates every tenant's ledger, besides on pod events.")
 	fs.IntVar(&o.maxPending, "quota.max-pending", tenants.DefaultMaxPending, "Most unconfirmed charges a tenant's ledger may hold (a few hundred bytes each in an object etcd caps at 1.5 MiB); past it, creates of the tenant get 503 until the reconciler confirms some.")
 	fs.DurationVar(&o.reservationTTL, "quota.reservation-ttl", 0, "No effect: usage is the OffloadTenant ledger now.")
-	_ = fs.MarkDeprecated("quota.reservation-ttl", "usage is the OffloadTenant ledger now (README, \"Tenant offload quotas\"); the flag has no effect")
+	_ = fs.MarkDeprecated("quota.reservation-ttl", "usage is the OffloadTenant ledger now (docs/tenants.md, \"Tenant offload quotas\"); the flag has no effect")
 }
 
 func (o *quotaOptions) validate() error {

@@ -241,7 +241,7 @@ func TestSiteViolationRefuses(t *testing.T) {
 	}
 }
 
-// TestSiteExamples runs the README's extension examples (examples/).
+// TestSiteExamples runs the extension examples of docs/policies.md (examples/).
 func TestSiteExamples(t *testing.T) {
 	gpu := func(limit bool, project string) func(map[string]any) {
 		return func(in map[string]any) {
@@ -308,9 +308,9 @@ func TestSiteExamples(t *testing.T) {
 	}
 }
 
-// TestReadmeShowsSiteExamples: the README's examples are the tested files.
-func TestReadmeShowsSiteExamples(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// TestDocsShowSiteExamples: the policies page's examples are the tested files.
+func TestDocsShowSiteExamples(t *testing.T) {
+	readme, err := os.ReadFile("../docs/policies.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestReadmeShowsSiteExamples(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !strings.Contains(string(readme), string(b)) {
-			t.Errorf("README.md does not show examples/%s as it is", f)
+			t.Errorf("docs/policies.md does not show examples/%s as it is", f)
 		}
 	}
 }

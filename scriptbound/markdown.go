@@ -2,7 +2,7 @@ package scriptbound
 
 import "strings"
 
-// Markdown is the table as the README shows it: one row per field, what each plugin
+// Markdown is the table as docs/hpc.md shows it: one row per field, what each plugin
 // makes of it and the rule its value must pass there.
 func Markdown() string {
 	var b strings.Builder

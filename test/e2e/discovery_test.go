@@ -259,7 +259,7 @@ func TestDiscoveryKubectl(t *testing.T) {
 	}
 	waitDiscovered(t, "interlink.io")
 
-	// A tenant's own group, applied the way the README says, by the real kubectl. Objects
+	// A tenant's own group, applied the way docs/admin-tools.md says, by the real kubectl. Objects
 	// left by another test are removed first, so kubectl's answer is exact.
 	tenantB := parseObjects(t, discoveryOutput(t, "--group", "tenant-b.interlink.io"))
 	if err := suite.cluster.Delete(ctx, tenantB); err != nil {

@@ -1,6 +1,6 @@
 package e2e
 
-// Inert by default (README, "Inert by default"): the strings interLink's plugins write
+// Inert by default (docs/hpc.md, "Inert by default"): the strings interLink's plugins write
 // into what runs on the HPC side, judged for the plugin that serves the target node, through
 // both front doors of one real bridge: the interLink relay (POST /create as interLink sends
 // it, decided as the pod's service account) and the admission webhooks (a pod created in the

@@ -260,7 +260,7 @@ func TestMeshAnnotations(t *testing.T) {
 	}
 
 	// What the relay alone cannot tell: a field manager is a name the client picks, so a
-	// tenant who may create pods can pick the VK's (README, "Use with interLink": the
+	// tenant who may create pods can pick the VK's (docs/install/README.md, mesh networking: the
 	// admission webhooks see who writes).
 	t.Run("relay alone: the tenant writing under the VK's name passes", func(t *testing.T) {
 		forger := &meshWriter{client: tenant.client, manager: "vk"}
