@@ -86,14 +86,15 @@ func checkOne(ctx context.Context, d Decider, p Pod, opts CheckOptions) Outcome 
 		o.Err = err
 		return o
 	}
-	var result map[string]any
-	if decision.Defined {
-		converted, _ := ast.JSON(decision.Result) // an answer that is not JSON is refused below
-		result, _ = converted.(map[string]any)
-	}
-	if _, isBool := result["allowed"].(bool); !isBool {
+	if _, _, err := authorizer.ReadAllowed(decision); err != nil {
 		// A policy override that answers something else is not an allow.
-		o.Err = fmt.Errorf("data.%s has no boolean \"allowed\" (got %v)", strings.Join(DecisionPath, "."), decision.Result)
+		o.Err = fmt.Errorf("data.%s: %w (got %v)", strings.Join(DecisionPath, "."), err, decision.Result)
+		return o
+	}
+	converted, err := ast.JSON(decision.Result)
+	result, ok := converted.(map[string]any)
+	if err != nil || !ok {
+		o.Err = fmt.Errorf("data.%s: the answer is not a JSON object: %v", strings.Join(DecisionPath, "."), err)
 		return o
 	}
 	o.Result = result

@@ -95,7 +95,7 @@ job/no-node (pod ns/no-node): denied
   modifications: {"pod_annotations":{},"resource_limits":{}}
 `, error: "error: job/broken (pod ns/broken): boom\n"},
 		{name: "an undefined document is no allow", pods: []string{"undefined"}, code: 2,
-			error: "error: job/undefined (pod ns/undefined): data.interlink.authz.decision has no boolean \"allowed\" (got <nil>)\n"},
+			error: "error: job/undefined (pod ns/undefined): data.interlink.authz.decision: the policy document is undefined (got <nil>)\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,7 +21,6 @@ import (
 
 	k8sauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
 
-	"github.com/sar-bridge/sar-bridge/astjson"
 	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/decisionlog"
 	"github.com/sar-bridge/sar-bridge/kube"
@@ -493,19 +492,14 @@ func summarize(result ast.Value, defined bool) (outcome, reason string) {
 	if !defined {
 		return "undefined", ""
 	}
-	switch r := result.(type) {
-	case ast.Boolean:
+	if r, ok := result.(ast.Boolean); ok { // data.interlink.authz.allow
 		return allowedWord(bool(r)), ""
-	case ast.Object:
-		if s, ok := astjson.Member(r, key("reason")).(ast.String); ok {
-			reason = string(s)
-		}
-		if allowed, ok := astjson.Member(r, key("allowed")).(ast.Boolean); ok {
-			return allowedWord(bool(allowed)), reason
-		}
+	}
+	allowed, reason, err := ReadAllowed(Decision{Result: result, Defined: true})
+	if err != nil {
 		return "other", reason
 	}
-	return "other", ""
+	return allowedWord(allowed), reason
 }
 
 func allowedWord(allowed bool) string {

@@ -33,28 +33,40 @@ type Modifications struct {
 	RunAsUser *int64
 }
 
-// ReadVerdict reads allowed, reason and modifications from a decision. Anything but
-// the expected shape is an error, never an allow.
-func ReadVerdict(d Decision) (Verdict, error) {
+// ReadAllowed is the one reading of a decision's answer: an object with a boolean
+// "allowed" and, when a string, its "reason". Anything else is an error, never an allow.
+// ReadVerdict, `sar-bridge check` and the decision log all read answers through it.
+func ReadAllowed(d Decision) (allowed bool, reason string, err error) {
 	if !d.Defined {
-		return Verdict{}, errors.New("the policy document is undefined")
+		return false, "", errors.New("the policy document is undefined")
 	}
 	result, ok := d.Result.(ast.Object)
 	if !ok {
-		return Verdict{}, fmt.Errorf("the policy answered a %s, not an object", valueName(d.Result))
+		return false, "", fmt.Errorf("the policy answered a %s, not an object", valueName(d.Result))
 	}
-	allowed, ok := astjson.Member(result, key("allowed")).(ast.Boolean)
+	if r, ok := astjson.Member(result, key("reason")).(ast.String); ok {
+		reason = string(r)
+	}
+	a, ok := astjson.Member(result, key("allowed")).(ast.Boolean)
 	if !ok {
-		return Verdict{}, errors.New("the policy answer has no boolean \"allowed\"")
+		return false, reason, errors.New("the policy answer has no boolean \"allowed\"")
 	}
-	v := Verdict{Allowed: bool(allowed)}
-	if reason, ok := astjson.Member(result, key("reason")).(ast.String); ok {
-		v.Reason = string(reason)
+	return bool(a), reason, nil
+}
+
+// ReadVerdict reads allowed, reason and modifications from a decision. Anything but
+// the expected shape is an error, never an allow.
+func ReadVerdict(d Decision) (Verdict, error) {
+	allowed, reason, err := ReadAllowed(d)
+	if err != nil {
+		return Verdict{}, err
 	}
+	v := Verdict{Allowed: allowed, Reason: reason}
 	if !allowed {
 		return v, nil
 	}
-	var raw any // the modifications as Go values; small, and only on an allow
+	result := d.Result.(ast.Object) // ReadAllowed checked it
+	var raw any                     // the modifications as Go values; small, and only on an allow
 	if m := astjson.Member(result, key("modifications")); m != nil {
 		var err error
 		if raw, err = ast.JSON(m); err != nil {
