@@ -141,6 +141,30 @@ func expectedCheckText(t *testing.T, source, pod string, r map[string]any) strin
 	return fmt.Sprintf("%s (pod %s): %s\n  reason: %s\n%s  modifications: %s\n", source, pod, word, reason, reviews, mods)
 }
 
+// checkItem is one pod of `check -o json`.
+type checkItem struct {
+	Source     string         `json:"source"`
+	Namespace  string         `json:"namespace"`
+	Name       string         `json:"name"`
+	Result     map[string]any `json:"result"`
+	DecisionID string         `json:"decision_id"`
+}
+
+// checkItems reads the n pods of `check -o json`'s stdout.
+func checkItems(t *testing.T, stdout string, n int) []checkItem {
+	t.Helper()
+	var out struct {
+		Items []checkItem `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("check's stdout is not JSON: %v\n%s", err, stdout)
+	}
+	if len(out.Items) != n {
+		t.Fatalf("check decided %d pods, want %d:\n%s", len(out.Items), n, stdout)
+	}
+	return out.Items
+}
+
 // serverResult asks the suite's shared bridge for the same pod, checks the outcome and
 // returns its result.
 func serverResult(t *testing.T, pod *corev1.Pod, allowed bool, reason string) map[string]any {
@@ -193,22 +217,7 @@ func TestCheckMatchesServer(t *testing.T) {
 		if got.code != 1 || got.stderr != "" {
 			t.Fatalf("exit code %d, stderr %q; want 1 and nothing", got.code, got.stderr)
 		}
-		var out struct {
-			Items []struct {
-				Source     string         `json:"source"`
-				Namespace  string         `json:"namespace"`
-				Name       string         `json:"name"`
-				Result     map[string]any `json:"result"`
-				DecisionID string         `json:"decision_id"`
-			} `json:"items"`
-		}
-		if err := json.Unmarshal([]byte(got.stdout), &out); err != nil {
-			t.Fatalf("stdout is not JSON: %v\n%s", err, got.stdout)
-		}
-		if len(out.Items) != len(cases) {
-			t.Fatalf("%d items, want %d:\n%s", len(out.Items), len(cases), got.stdout)
-		}
-		for i, item := range out.Items {
+		for i, item := range checkItems(t, got.stdout, len(cases)) {
 			if item.Source != "job/"+cases[i].name || item.Namespace != "team-a" || item.Name != cases[i].name || item.DecisionID == "" {
 				t.Errorf("item %d names %s %s/%s (decision %q)", i, item.Source, item.Namespace, item.Name, item.DecisionID)
 			}

@@ -195,19 +195,7 @@ func TestOneAssembly(t *testing.T) {
 	if got.code != 1 || got.stderr != "" {
 		t.Fatalf("check: exit code %d, stderr %q; want 1 and nothing", got.code, got.stderr)
 	}
-	var out struct {
-		Items []struct {
-			Name   string         `json:"name"`
-			Result map[string]any `json:"result"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal([]byte(got.stdout), &out); err != nil {
-		t.Fatalf("check's stdout is not JSON: %v\n%s", err, got.stdout)
-	}
-	if len(out.Items) != len(cases) {
-		t.Fatalf("check decided %d pods, want %d:\n%s", len(out.Items), len(cases), got.stdout)
-	}
-	for i, item := range out.Items {
+	for i, item := range checkItems(t, got.stdout, len(cases)) {
 		if item.Name != cases[i].pod.Name || !reflect.DeepEqual(item.Result, server[i]) {
 			t.Errorf("pod %s: check answered\n%v\nthe server\n%v", cases[i].pod.Name, item.Result, server[i])
 		}
