@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sar-bridge/sar-bridge/admin"
-	"github.com/sar-bridge/sar-bridge/authorizer"
 	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/kube"
 )
@@ -259,7 +258,7 @@ func check(ctx context.Context, cfg decisionOptions, a adminFlags, stdin io.Read
 			return nil, err
 		}
 	}
-	return admin.Check(authorizer.WithoutCharge(ctx), core.authz, pods, opts), nil
+	return admin.Check(ctx, core.authz, pods, opts), nil
 }
 
 // readPods reads the pods of every -f in order.

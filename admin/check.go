@@ -24,10 +24,8 @@ const (
 	ExitError   = 2
 )
 
-// Decider is the decision pipeline; *authorizer.Authorizer is the real one.
-type Decider interface {
-	Decide(ctx context.Context, path []string, rawInput json.RawMessage) (authorizer.Decision, error)
-}
+// Decider is the decision pipeline: *authorizer.Authorizer, or a fake in tests.
+type Decider = authorizer.Decider
 
 // User is an identity asserted with --as and --as-group (input.user).
 type User = decisionapi.User
@@ -80,7 +78,7 @@ func checkOne(ctx context.Context, d Decider, p Pod, opts CheckOptions) Outcome 
 		o.Err = err
 		return o
 	}
-	decision, err := d.Decide(ctx, DecisionPath, raw)
+	decision, err := d.Decide(ctx, authorizer.Request{Path: DecisionPath, Input: raw, Charge: authorizer.ChargeNothing})
 	o.DecisionID = decision.ID
 	if err != nil {
 		o.Err = err

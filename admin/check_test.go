@@ -21,9 +21,12 @@ type fakeDecider struct {
 	inputs  []map[string]any
 }
 
-func (f *fakeDecider) Decide(_ context.Context, path []string, raw json.RawMessage) (authorizer.Decision, error) {
+func (f *fakeDecider) Decide(_ context.Context, r authorizer.Request) (authorizer.Decision, error) {
+	if r.Charge != authorizer.ChargeNothing {
+		return authorizer.Decision{}, errors.New("check asked for a decision that may charge")
+	}
 	var in map[string]any
-	if err := json.Unmarshal(raw, &in); err != nil {
+	if err := json.Unmarshal(r.Input, &in); err != nil {
 		return authorizer.Decision{}, err
 	}
 	f.inputs = append(f.inputs, in)

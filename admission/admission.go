@@ -66,12 +66,8 @@ func ParseIdentity(s string) (Identity, error) {
 	return "", fmt.Errorf("%q: want requester or serviceaccount", s)
 }
 
-// Decider decides a pod: for its service account (Decide) or for a subject the API
-// server authenticated (DecideAs). authorizer.Authorizer is the real one.
-type Decider interface {
-	Decide(ctx context.Context, path []string, input json.RawMessage) (authorizer.Decision, error)
-	DecideAs(ctx context.Context, path []string, input json.RawMessage, subject authorizer.Subject) (authorizer.Decision, error)
-}
+// Decider is the decision pipeline: *authorizer.Authorizer, or a fake in tests.
+type Decider = authorizer.Decider
 
 // Cluster reads what a request does not carry: nodes (is the target virtual?) and, for a
 // binding, the pod being bound. Node and Pod return nil and no error when absent.
@@ -283,11 +279,7 @@ func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest,
 		// with no decision (it needs no offload grant of its own).
 		return withDryRunWarning(allowed(), req, mutate), resultAllowed, nil
 	}
-	if mutate {
-		// The validating webhook charges the same pod, once it has its UID.
-		ctx = authorizer.WithoutCharge(ctx)
-	}
-	d, err := h.decide(ctx, req, s)
+	d, err := h.decide(ctx, req, s, mutate)
 	var inputErr *authorizer.InputError
 	switch {
 	case errors.As(err, &inputErr):
@@ -547,35 +539,39 @@ func withNamespace(raw []byte, namespace string) (json.RawMessage, error) {
 }
 
 // decide asks the authorizer for the pod, as the requester or as the pod's service account.
-func (h *Handler) decide(ctx context.Context, req *admissionv1.AdmissionRequest, s subject) (authorizer.Decision, error) {
+func (h *Handler) decide(ctx context.Context, req *admissionv1.AdmissionRequest, s subject, mutate bool) (authorizer.Decision, error) {
 	raw, err := decisionapi.Input{Operation: "create", Pod: s.raw, Node: decisionapi.OnNode(s.node)}.Marshal()
 	if err != nil {
 		return authorizer.Decision{}, fmt.Errorf("encoding the decision input: %w", err)
 	}
-	ctx = authorizer.WithLogFields(ctx, "admission_uid", string(req.UID), "dry_run", dryRun(req))
-	// The pod under admission is not the one stored under its name, if any: who wrote
-	// the live pod's annotations says nothing about this one (input.hpc.writers).
-	ctx = authorizer.WithoutLivePod(ctx)
-	ctx = chargeMode(ctx, req, s)
-	if h.opts.Identity == IdentityServiceAccount || actsForPod(req.UserInfo.Username) {
-		return h.decider.Decide(ctx, h.opts.DecisionPath, raw)
+	r := authorizer.Request{
+		Path: h.opts.DecisionPath, Input: raw, Charge: chargeMode(req, s, mutate),
+		// The pod under admission is not the one stored under its name, if any: who wrote
+		// the live pod's annotations says nothing about this one (input.hpc.writers).
+		NotStored: true,
+		LogFields: []any{"admission_uid", string(req.UID), "dry_run", dryRun(req)},
 	}
-	return h.decider.DecideAs(ctx, h.opts.DecisionPath, raw, requester(req.UserInfo))
+	if h.opts.Identity != IdentityServiceAccount && !actsForPod(req.UserInfo.Username) {
+		as := requester(req.UserInfo)
+		r.As = &as
+	}
+	return h.decider.Decide(ctx, r)
 }
 
 // chargeMode says what an allow of the request charges to the tenant's quota ledger:
-// nothing for a dry run, a workload's template (its pods are charged when created) or a
+// nothing for the mutating webhook (the validating one charges the same pod, once it has
+// its UID), a dry run, a workload's template (its pods are charged when created) or a
 // change of the Virtual Kubelet's annotations (the pod was charged, or not, as it was
 // aimed); a pod being created is charged by its UID; a stored pod (a binding, an update
 // that aims it) may carry the reconciler's confirmation of an earlier charge.
-func chargeMode(ctx context.Context, req *admissionv1.AdmissionRequest, s subject) context.Context {
+func chargeMode(req *admissionv1.AdmissionRequest, s subject, mutate bool) authorizer.ChargeMode {
 	switch {
-	case dryRun(req) || s.workload != "" || len(s.vkKeys) > 0:
-		return authorizer.WithoutCharge(ctx)
+	case mutate || dryRun(req) || s.workload != "" || len(s.vkKeys) > 0:
+		return authorizer.ChargeNothing
 	case req.SubResource == "binding" || req.Operation == admissionv1.Update:
-		return authorizer.WithStoredPod(ctx)
+		return authorizer.ChargeStored
 	}
-	return authorizer.WithNewPod(ctx)
+	return authorizer.ChargeNew
 }
 
 // actsForPod reports requesters that create or bind pods (and workloads: a CronJob's

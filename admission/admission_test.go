@@ -27,8 +27,10 @@ import (
 
 // call is one decision the fake decider was asked for.
 type call struct {
-	input   map[string]any
-	subject *authorizer.Subject // nil: Decide (the pod's service account)
+	input     map[string]any
+	subject   *authorizer.Subject // nil: the pod's service account
+	charge    authorizer.ChargeMode
+	notStored bool
 }
 
 // fakeDecider answers every decision with result, or err.
@@ -38,12 +40,12 @@ type fakeDecider struct {
 	calls  []call
 }
 
-func (f *fakeDecider) record(raw json.RawMessage, s *authorizer.Subject) (authorizer.Decision, error) {
+func (f *fakeDecider) Decide(_ context.Context, r authorizer.Request) (authorizer.Decision, error) {
 	var in map[string]any
-	if err := json.Unmarshal(raw, &in); err != nil {
+	if err := json.Unmarshal(r.Input, &in); err != nil {
 		return authorizer.Decision{}, err
 	}
-	f.calls = append(f.calls, call{input: in, subject: s})
+	f.calls = append(f.calls, call{input: in, subject: r.As, charge: r.Charge, notStored: r.NotStored})
 	if f.err != nil {
 		return authorizer.Decision{}, f.err
 	}
@@ -51,14 +53,6 @@ func (f *fakeDecider) record(raw json.RawMessage, s *authorizer.Subject) (author
 		return authorizer.Decision{ID: "d-1"}, nil
 	}
 	return authorizer.Decision{ID: "d-1", Result: ast.MustInterfaceToValue(f.result), Defined: true}, nil
-}
-
-func (f *fakeDecider) Decide(_ context.Context, _ []string, raw json.RawMessage) (authorizer.Decision, error) {
-	return f.record(raw, nil)
-}
-
-func (f *fakeDecider) DecideAs(_ context.Context, _ []string, raw json.RawMessage, s authorizer.Subject) (authorizer.Decision, error) {
-	return f.record(raw, &s)
 }
 
 func allowResult(annotations map[string]any, limits map[string]any) map[string]any {
@@ -334,6 +328,9 @@ func TestValidate(t *testing.T) {
 			if got.input["operation"] != "create" {
 				t.Errorf("input.operation %v, want create", got.input["operation"])
 			}
+			if !got.notStored {
+				t.Error("a pod under admission was decided as the one stored under its name")
+			}
 			if pod, _ := got.input["pod"].(map[string]any); pod == nil || pod["metadata"].(map[string]any)["namespace"] != "team-a" {
 				t.Errorf("input.pod %v", got.input["pod"])
 			}
@@ -519,5 +516,35 @@ func TestNewRefusesBadOptions(t *testing.T) {
 				t.Errorf("err %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestChargeMode: what an allow under admission charges to the tenant's ledger.
+func TestChargeMode(t *testing.T) {
+	dry := true
+	for _, tc := range []struct {
+		name   string
+		op     admissionv1.Operation
+		sub    string
+		dryRun bool
+		s      subject
+		mutate bool
+		want   authorizer.ChargeMode
+	}{
+		{name: "a create", op: admissionv1.Create, want: authorizer.ChargeNew},
+		{name: "the mutating webhook", op: admissionv1.Create, mutate: true, want: authorizer.ChargeNothing},
+		{name: "a dry run", op: admissionv1.Create, dryRun: true, want: authorizer.ChargeNothing},
+		{name: "a workload's template", op: admissionv1.Create, s: subject{workload: "job/x"}, want: authorizer.ChargeNothing},
+		{name: "the VK's annotations", op: admissionv1.Update, s: subject{vkKeys: []string{"k"}}, want: authorizer.ChargeNothing},
+		{name: "a binding", op: admissionv1.Create, sub: "binding", want: authorizer.ChargeStored},
+		{name: "an update", op: admissionv1.Update, want: authorizer.ChargeStored},
+	} {
+		req := &admissionv1.AdmissionRequest{Operation: tc.op, SubResource: tc.sub}
+		if tc.dryRun {
+			req.DryRun = &dry
+		}
+		if got := chargeMode(req, tc.s, tc.mutate); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

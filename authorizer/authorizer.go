@@ -5,7 +5,6 @@ package authorizer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -133,25 +132,20 @@ type Decision struct {
 	Defined bool
 }
 
-// Decide answers the policy document at path for a pod decision's raw input.
-func (a *Authorizer) Decide(ctx context.Context, path []string, rawInput json.RawMessage) (Decision, error) {
-	if a.openshift.serves(path, rawInput) {
-		return a.decideOpenShift(ctx, rawInput)
+// Decide answers the policy document at r.Path for r.Input: a pod decision, or an
+// opa-openshift request on its path.
+func (a *Authorizer) Decide(ctx context.Context, r Request) (Decision, error) {
+	if r.As == nil && a.openshift.serves(r.Path, r.Input) {
+		return a.decideOpenShift(ctx, r.Input, r.AccessToken)
 	}
-	return a.decidePod(ctx, path, rawInput, nil)
+	return a.decidePod(ctx, r)
 }
 
-// DecideAs answers like Decide for a subject a trusted caller has already authenticated
-// (the API server's userInfo in an AdmissionReview): rawInput is a pod decision's input
-// without input.user, and subject replaces the pod's service account.
-func (a *Authorizer) DecideAs(ctx context.Context, path []string, rawInput json.RawMessage, subject Subject) (Decision, error) {
-	return a.decidePod(ctx, path, rawInput, &subject)
-}
-
-// decidePod decides a pod request; trusted, when set, is the subject to review.
-func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json.RawMessage, trusted *Subject) (d Decision, err error) {
+// decidePod decides a pod request.
+func (a *Authorizer) decidePod(ctx context.Context, r Request) (d Decision, err error) {
+	path, rawInput, trusted := r.Path, r.Input, r.As
 	d = Decision{ID: uuid.NewString()}
-	rec := a.beginDecision(append([]any{"decision_id", d.ID, "path", strings.Join(path, "/")}, logFieldsFrom(ctx)...)...)
+	rec := a.beginDecision(append([]any{"decision_id", d.ID, "path", strings.Join(path, "/")}, r.LogFields...)...)
 	defer rec.end()
 
 	release, err := a.budget.acquire(ctx, len(rawInput))
@@ -190,7 +184,7 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 		return d, err
 	}
 
-	hpc, writers, err := a.hpcWithWriters(ctx, req)
+	hpc, writers, err := a.hpcWithWriters(ctx, req, r.NotStored)
 	if err != nil {
 		rec.failed(false, "live pod unavailable", err)
 		return d, err
@@ -228,7 +222,7 @@ func (a *Authorizer) decidePod(ctx context.Context, path []string, rawInput json
 		defer func() { a.logDecision(ctx, rec, path, in, d, err) }()
 	}
 
-	quota, err := a.quotaInput(ctx, req, t, in)
+	quota, err := a.quotaInput(ctx, req, t, in, r.Charge)
 	if err != nil {
 		rec.failed(false, "quota usage unavailable", err)
 		return d, err

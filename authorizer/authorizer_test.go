@@ -207,7 +207,7 @@ func TestDecide(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rev := &fakeReviewer{answer: rbacByVerb(tt.rbac...)}
 			a := newTestAuthorizer(t, tt.cfg, rev, newView())
-			d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(tt.input))
+			d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: json.RawMessage(tt.input)})
 			if err != nil {
 				t.Fatalf("Decide: %v", err)
 			}
@@ -242,7 +242,7 @@ func TestDecide(t *testing.T) {
 func TestDecideModificationsAndAllowDocument(t *testing.T) {
 	rev := &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}
 	a := newTestAuthorizer(t, Config{}, rev, newView())
-	d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(podInput("create", "team-a", "runner", "")))
+	d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: json.RawMessage(podInput("create", "team-a", "runner", ""))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,11 +250,11 @@ func TestDecideModificationsAndAllowDocument(t *testing.T) {
 	if got := mods["pod_annotations"].(map[string]any)["interlink.io/billing-project"]; got != "proj-7" {
 		t.Errorf("billing annotation = %v, want proj-7 from the namespace label", got)
 	}
-	d, err = a.Decide(context.Background(), []string{"interlink", "authz", "allow"}, json.RawMessage(podInput("create", "team-a", "runner", "")))
+	d, err = a.Decide(context.Background(), Request{Path: []string{"interlink", "authz", "allow"}, Input: json.RawMessage(podInput("create", "team-a", "runner", ""))})
 	if err != nil || !d.Defined || jsonOf(d.Result) != true {
 		t.Fatalf("allow document = %#v, %v, %v; want true", jsonOf(d.Result), d.Defined, err)
 	}
-	d, err = a.Decide(context.Background(), []string{"interlink", "nothing"}, json.RawMessage(podInput("create", "team-a", "runner", "")))
+	d, err = a.Decide(context.Background(), Request{Path: []string{"interlink", "nothing"}, Input: json.RawMessage(podInput("create", "team-a", "runner", ""))})
 	if err != nil || d.Defined {
 		t.Fatalf("undefined document = %#v, %v, %v; want undefined", jsonOf(d.Result), d.Defined, err)
 	}
@@ -304,7 +304,7 @@ func TestDecideErrors(t *testing.T) {
 			a := newTestAuthorizer(t, tt.cfg, &fakeReviewer{answer: answer}, view)
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			defer cancel()
-			d, err := a.Decide(ctx, decisionPath, json.RawMessage(tt.input))
+			d, err := a.Decide(ctx, Request{Path: decisionPath, Input: json.RawMessage(tt.input)})
 			var inputErr *InputError
 			var unavailable *UnavailableError
 			if tt.wantInput && !errors.As(err, &inputErr) || !tt.wantInput && !errors.As(err, &unavailable) {
@@ -403,7 +403,7 @@ func TestDecideImpersonation(t *testing.T) {
 			if tt.caller != nil {
 				ctx = request.WithUser(ctx, tt.caller)
 			}
-			d, err := a.Decide(ctx, decisionPath, json.RawMessage(tt.input))
+			d, err := a.Decide(ctx, Request{Path: decisionPath, Input: json.RawMessage(tt.input)})
 			var forbidden *ForbiddenError
 			var unavailable *UnavailableError
 			switch {
@@ -433,7 +433,7 @@ func TestDecideWaitsForFirstSync(t *testing.T) {
 	view.unsynced.Store(true)
 	a := newTestAuthorizer(t, Config{}, &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}, view)
 	time.AfterFunc(100*time.Millisecond, func() { view.unsynced.Store(false) })
-	d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(podInput("create", "team-a", "runner", "")))
+	d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: json.RawMessage(podInput("create", "team-a", "runner", ""))})
 	if err != nil || jsonOf(d.Result).(map[string]any)["allowed"] != true {
 		t.Fatalf("decision before the first sync = %v, %v; want it to wait and allow", jsonOf(d.Result), err)
 	}

@@ -47,7 +47,7 @@ func BenchmarkDecide(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				d, err := a.Decide(context.Background(), decisionPath, bc.inputs[i%len(bc.inputs)])
+				d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: bc.inputs[i%len(bc.inputs)]})
 				if outcome, _ := summarize(d.Result, d.Defined); err != nil || outcome != "allowed" {
 					b.Fatalf("decision %v %v", jsonOf(d.Result), err)
 				}

@@ -221,7 +221,7 @@ func FuzzDecide(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte, flags uint8) {
 		defer rev.forget()
 		path := fuzzDocument(flags)
-		d, err := auths[flags&3].Decide(fuzzContext(flags), path, json.RawMessage(raw))
+		d, err := auths[flags&3].Decide(fuzzContext(flags), Request{Path: path, Input: json.RawMessage(raw)})
 		checkFuzzError(t, d, err)
 		if err != nil {
 			return
@@ -250,7 +250,7 @@ func FuzzAllowAllReviewer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte, flags uint8) {
 		defer rev.forget()
 		a, path, ctx := auths[flags&3], fuzzDocument(flags), fuzzContext(flags)
-		d, err := a.Decide(ctx, path, json.RawMessage(raw))
+		d, err := a.Decide(ctx, Request{Path: path, Input: json.RawMessage(raw)})
 		checkFuzzError(t, d, err)
 		if err != nil {
 			return
@@ -269,7 +269,7 @@ func FuzzAllowAllReviewer(f *testing.F) {
 		if err != nil {
 			t.Fatalf("allowed, but the input does not decode again: %v", err)
 		}
-		d2, err := a.Decide(ctx, path, canonical)
+		d2, err := a.Decide(ctx, Request{Path: path, Input: canonical})
 		if err != nil {
 			t.Fatalf("canonical input %s: %v", canonical, err)
 		}
@@ -351,7 +351,7 @@ func TestCaseVariantKeysReachThePolicy(t *testing.T) {
 		`{"operation": "create", "pod": {"metadata": {"namespace": "team-a"}, "spec": {"containers": [{"name": "c"}], "tolerations": [{"key": "gpu", "Operator": "Exists"}]}}}`,
 		`{"operation": "create", "pod": {"metadata": {"namespace": "team-a"}, "spec": {"containers": [{"name": "c"}], "tolerations": [{"key": "gpu", "ſperator": "Exists"}]}}}`,
 	} {
-		d, err := a.Decide(context.Background(), fuzzDecisionPath, json.RawMessage(in))
+		d, err := a.Decide(context.Background(), Request{Path: fuzzDecisionPath, Input: json.RawMessage(in)})
 		if err != nil {
 			continue // rejecting the spelling is a fix too
 		}

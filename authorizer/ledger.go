@@ -30,39 +30,6 @@ type Charger interface {
 	Prior(ctx context.Context, t *v1alpha1.OffloadTenant, req tenants.Request) (corev1.ResourceList, error)
 }
 
-type chargeKey struct{}
-
-type chargeMode int
-
-const (
-	chargeDefault chargeMode = iota // a pod with a UID is taken to be stored (the Data API)
-	chargeNever                     // a dry run, a workload's template, the mutating webhook
-	chargeStored                    // the pod is stored: it may carry an earlier charge's confirmation
-	chargeNew                       // the pod is being created (the validating webhook)
-)
-
-// WithoutCharge marks a decision whose allow charges nothing: a dry run, a workload's
-// template (its pods are charged when created), the mutating webhook (the validating one
-// charges the same pod, with its UID). The quota is still checked.
-func WithoutCharge(ctx context.Context) context.Context {
-	return context.WithValue(ctx, chargeKey{}, chargeNever)
-}
-
-// WithStoredPod marks a decision of a pod already stored (the relay, a binding): a
-// front door may have charged it before, and the reconciler confirmed it on the pod.
-func WithStoredPod(ctx context.Context) context.Context { return withChargeMode(ctx, chargeStored) }
-
-// WithNewPod marks a decision of a pod being created (the validating webhook): nothing
-// can have confirmed a charge of it yet.
-func WithNewPod(ctx context.Context) context.Context { return withChargeMode(ctx, chargeNew) }
-
-func withChargeMode(ctx context.Context, mode chargeMode) context.Context {
-	if cur, _ := ctx.Value(chargeKey{}).(chargeMode); cur == chargeNever {
-		return ctx
-	}
-	return context.WithValue(ctx, chargeKey{}, mode)
-}
-
 // quotaCharge is the charge an allowed create makes, nil when it makes none.
 type quotaCharge struct{ req tenants.Request }
 
@@ -70,7 +37,7 @@ type quotaCharge struct{ req tenants.Request }
 // and returns the charge to make if the policy allows it. For every other decision
 // input.quota is left out (a caller's own is replaced by null, never believed), so the
 // memo key of a tenant without a quota never changes with usage.
-func (a *Authorizer) quotaInput(ctx context.Context, req podRequest, t tenantReview, in ast.Object) (*quotaCharge, error) {
+func (a *Authorizer) quotaInput(ctx context.Context, req podRequest, t tenantReview, in ast.Object, mode ChargeMode) (*quotaCharge, error) {
 	if in.Get(quotaKey) != nil {
 		in.Insert(quotaKey, ast.NullTerm())
 	}
@@ -88,10 +55,9 @@ func (a *Authorizer) quotaInput(ctx context.Context, req podRequest, t tenantRev
 	if err != nil {
 		return nil, NewInputError(err.Error())
 	}
-	mode, _ := ctx.Value(chargeKey{}).(chargeMode)
 	charge := tenants.Request{
 		Tenant: t.tenant, UID: req.Pod.UID, Namespace: req.Pod.Namespace, Name: req.Pod.Name, Node: req.NodeName,
-		Amounts: amounts, Exists: mode == chargeStored || mode == chargeDefault && req.Pod.UID != "",
+		Amounts: amounts, Exists: mode == ChargeStored || mode == ChargeByUID && req.Pod.UID != "",
 	}
 	// The pod decided is never part of its own usage: a pod charged already (by another
 	// front door, or the reconciler confirmed) is checked as if it were not.
@@ -100,7 +66,7 @@ func (a *Authorizer) quotaInput(ctx context.Context, req podRequest, t tenantRev
 		return nil, NewUnavailableError(err)
 	}
 	in.Insert(quotaKey, ast.NewTerm(tenants.QuotaInput(withoutPrior(obj, req.NodeName, prior), req.NodeName, amounts)))
-	if mode == chargeNever {
+	if mode == ChargeNothing {
 		return nil, nil
 	}
 	return &quotaCharge{req: charge}, nil

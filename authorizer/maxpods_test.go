@@ -53,7 +53,7 @@ func TestMaximalPodsKeepBoundedMemory(t *testing.T) {
 	a := newTestAuthorizerWith(t, eval)
 	decide := func(in json.RawMessage) {
 		t.Helper()
-		d, err := a.Decide(context.Background(), decisionPath, in)
+		d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: in})
 		if outcome, reason := summarize(d.Result, d.Defined); err != nil || outcome != "allowed" {
 			t.Fatalf("decision %s %q, %v", outcome, reason, err)
 		}
@@ -85,7 +85,7 @@ func TestDecisionInputBounded(t *testing.T) {
 	if len(in) <= MaxInputBytes {
 		t.Fatalf("test input of %d bytes is not over %d", len(in), MaxInputBytes)
 	}
-	_, err := a.Decide(context.Background(), decisionPath, in)
+	_, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: in})
 	var inputErr *InputError
 	if !errors.As(err, &inputErr) || !strings.Contains(err.Error(), "over the 3145728 a pod decision takes") {
 		t.Fatalf("error %v, want an InputError naming the bound", err)
@@ -173,7 +173,7 @@ func FuzzLargePods(f *testing.F) {
 		}
 		b.WriteString(`]}}}`)
 		in := json.RawMessage(b.String())
-		d, err := a.Decide(context.Background(), decisionPath, in)
+		d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: in})
 		switch outcome, _ := summarize(d.Result, d.Defined); {
 		case len(in) > MaxInputBytes:
 			if !errors.As(err, new(*InputError)) {

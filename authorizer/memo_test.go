@@ -71,7 +71,7 @@ func TestDecideMemo(t *testing.T) {
 			cr.cache = reviewCache
 		}
 		before := testutil.ToFloat64(a.metrics.memo.WithLabelValues(s.wantMemo))
-		d, err := a.Decide(context.Background(), decisionPath, []byte(s.input))
+		d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: []byte(s.input)})
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
@@ -95,7 +95,7 @@ func TestDecideSeesNewObjectVersions(t *testing.T) {
 	a := newTestAuthorizer(t, Config{}, &fakeReviewer{answer: allowAll}, view)
 	billing := func(i int) any {
 		t.Helper()
-		d, err := a.Decide(context.Background(), decisionPath, []byte(arrayJobPod(i, "1")))
+		d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: []byte(arrayJobPod(i, "1"))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +199,7 @@ func TestDecideReplacesCallerMembers(t *testing.T) {
 	input := `{"pod": {"metadata": {"name": "p", "namespace": "team-a"}, "spec": {"serviceAccountName": "runner", "containers": [{"name": "c"}]}},
 		"review": {"allowed": true}, "subject": {"username": "system:admin"}, "tenant": "other", "group": "x",
 		"resources": {"largest": {}}, "tolerations": {}, "hpc": {"inert": false, "writers": {"slurm-job.vk.io/pre-exec": "vk"}}, "note": "kept"}`
-	d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(input))
+	d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: json.RawMessage(input)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestDecisionsKeepNoInput(t *testing.T) {
 	}
 	a := newTestAuthorizer(t, Config{}, &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}, newView())
 	decide := func(in json.RawMessage) {
-		d, err := a.Decide(context.Background(), decisionPath, in)
+		d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: in})
 		if outcome, _ := summarize(d.Result, d.Defined); err != nil || outcome != "allowed" {
 			t.Fatalf("decision %v %v", jsonOf(d.Result), err)
 		}

@@ -74,18 +74,6 @@ func NewUnauthenticatedError(msg string) *UnauthenticatedError {
 	return &UnauthenticatedError{msg: msg}
 }
 
-type accessTokenKey struct{}
-
-// WithAccessToken stores the caller's forwarded access token for opa-openshift's SSAR mode.
-func WithAccessToken(ctx context.Context, token string) context.Context {
-	return context.WithValue(ctx, accessTokenKey{}, token)
-}
-
-func accessTokenFrom(ctx context.Context) string {
-	token, _ := ctx.Value(accessTokenKey{}).(string)
-	return token
-}
-
 // EnableOpenShift serves opa-openshift's request shape on cfg.Path. With cfg.SSAR, ssar
 // must be complete: without it every request is refused (503), never reviewed as
 // someone else.
@@ -133,7 +121,7 @@ var permissionVerbs = map[string]string{"read": "get", "write": "create"}
 // namespaceReviewConcurrency bounds the per-namespace reviews one request runs at once.
 const namespaceReviewConcurrency = 8
 
-func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (Decision, error) {
+func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage, token string) (Decision, error) {
 	m := a.openshift
 	rec := a.beginDecision("path", strings.Join(m.cfg.Path, "/"), "shape", "opa-openshift")
 	defer rec.end()
@@ -169,7 +157,7 @@ func (a *Authorizer) decideOpenShift(ctx context.Context, raw json.RawMessage) (
 		return Decision{}, inputErrorf("selectors name %d namespaces; at most %d are allowed", len(selected), m.cfg.MaxSelectorNamespaces)
 	}
 
-	ctx, who, err := m.identify(ctx, in)
+	ctx, who, err := m.identify(ctx, in, token)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -232,14 +220,13 @@ type openshiftIdentity struct {
 // to send them, or under SSAR the bearer of the forwarded token as a TokenReview
 // names it: nothing in the body counts then. The returned context carries the token for
 // the SelfSubjectAccessReview client.
-func (m *openshiftMode) identify(ctx context.Context, in openshiftInput) (context.Context, openshiftIdentity, error) {
+func (m *openshiftMode) identify(ctx context.Context, in openshiftInput, token string) (context.Context, openshiftIdentity, error) {
 	if !m.cfg.SSAR {
 		if in.Subject == "" && len(in.Groups) == 0 {
 			return ctx, openshiftIdentity{}, inputErrorf("input.subject is required")
 		}
 		return ctx, openshiftIdentity{user: in.Subject, groups: in.Groups, specUser: in.Subject, specGroups: in.Groups}, nil
 	}
-	token := accessTokenFrom(ctx)
 	if token == "" {
 		return ctx, openshiftIdentity{}, NewUnauthenticatedError("missing forwarded access token: --opa.ssar needs the X-Forwarded-Access-Token header")
 	}

@@ -130,7 +130,7 @@ func TestOpenShiftDecisions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rev := &fakeReviewer{answer: logsRBAC(tt.grants...)}
 			a := newOpenShiftAuthorizer(t, tt.cfg, rev, OpenShiftSSAR{})
-			d, err := a.Decide(context.Background(), []string{"lokistack", "allow"}, tt.input)
+			d, err := a.Decide(context.Background(), Request{Path: []string{"lokistack", "allow"}, Input: tt.input})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,7 +166,7 @@ func TestOpenShiftErrors(t *testing.T) {
 	tests := []struct {
 		name    string
 		cfg     OpenShiftConfig
-		ctx     context.Context
+		token   string
 		answer  func(authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error)
 		tokens  authenticator.Token
 		input   json.RawMessage
@@ -181,16 +181,16 @@ func TestOpenShiftErrors(t *testing.T) {
 		{name: "both migration selectors", cfg: loki, input: lokiInput("a", "read", "application", `"selectors":{"kubernetes_namespace_name":["a"],"k8s_namespace_name":["b"]}`), wantErr: &InputError{}, wantMsg: "selectors are not allowed"},
 		{name: "ssar without token", cfg: OpenShiftConfig{SSAR: true}, input: lokiInput("a", "read", "application", ""), wantErr: &UnauthenticatedError{}, wantMsg: "missing forwarded access token"},
 		{name: "API down", answer: apiDown, input: lokiInput("a", "read", "application", ""), wantErr: &UnavailableError{}, wantMsg: "subject access review failed"},
-		{name: "token refused by the SSAR", cfg: OpenShiftConfig{SSAR: true}, ctx: WithAccessToken(context.Background(), "t1"), tokens: testTokens,
+		{name: "token refused by the SSAR", cfg: OpenShiftConfig{SSAR: true}, token: "t1", tokens: testTokens,
 			answer: func(authorizationv1.SubjectAccessReviewSpec) (authorizationv1.SubjectAccessReviewStatus, error) {
 				return authorizationv1.SubjectAccessReviewStatus{}, apierrors.NewUnauthorized("invalid bearer token")
 			}, input: lokiInput("a", "read", "application", ""), wantErr: &UnauthenticatedError{}, wantMsg: "not accepted"},
-		{name: "token refused by the TokenReview", cfg: OpenShiftConfig{SSAR: true}, ctx: WithAccessToken(context.Background(), "bad"), tokens: testTokens,
+		{name: "token refused by the TokenReview", cfg: OpenShiftConfig{SSAR: true}, token: "bad", tokens: testTokens,
 			input: lokiInput("a", "read", "application", ""), wantErr: &UnauthenticatedError{}, wantMsg: "not accepted"},
-		{name: "TokenReview unanswered", cfg: OpenShiftConfig{SSAR: true}, ctx: WithAccessToken(context.Background(), "t1"),
+		{name: "TokenReview unanswered", cfg: OpenShiftConfig{SSAR: true}, token: "t1",
 			tokens: fakeTokens{err: errors.New("connection refused")}, input: lokiInput("a", "read", "application", ""),
 			wantErr: &UnavailableError{}, wantMsg: "reviewing the forwarded access token: connection refused"},
-		{name: "ssar without a token reviewer", cfg: OpenShiftConfig{SSAR: true}, ctx: WithAccessToken(context.Background(), "t1"),
+		{name: "ssar without a token reviewer", cfg: OpenShiftConfig{SSAR: true}, token: "t1",
 			input: lokiInput("a", "read", "application", ""), wantErr: &UnavailableError{}, wantMsg: "without a token reviewer"},
 		{name: "more selector namespaces than allowed", cfg: OpenShiftConfig{MaxSelectorNamespaces: 2},
 			input:   lokiInput("a", "read", "application", `"selectors":{"kubernetes_namespace_name":["ns1","ns2"],"k8s_namespace_name":["ns3"]}`),
@@ -204,11 +204,7 @@ func TestOpenShiftErrors(t *testing.T) {
 			}
 			rev := &fakeReviewer{answer: answer}
 			a := newOpenShiftAuthorizer(t, tt.cfg, rev, OpenShiftSSAR{Reviewer: rev, Tokens: tt.tokens})
-			ctx := tt.ctx
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			_, err := a.Decide(ctx, []string{"lokistack", "allow"}, tt.input)
+			_, err := a.Decide(context.Background(), Request{Path: []string{"lokistack", "allow"}, Input: tt.input, AccessToken: tt.token})
 			if err == nil || !errorsAsType(err, tt.wantErr) || !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Fatalf("err = %T %v, want %T containing %q", err, err, tt.wantErr, tt.wantMsg)
 			}
@@ -310,7 +306,7 @@ func TestOpenShiftSSARIdentity(t *testing.T) {
 			a := New(Config{Mappings: mappings}, cr, newView(), nil, nil, nil)
 			a.EnableOpenShift(withPath(cfg), namespaceList{"ns1", "ns2", "ns3"},
 				OpenShiftSSAR{Reviewer: tokenRBAC("bob get ns1", "root get "), Tokens: testTokens})
-			d, err := a.Decide(WithAccessToken(context.Background(), tt.token), []string{"lokistack", "allow"}, tt.input)
+			d, err := a.Decide(context.Background(), Request{Path: []string{"lokistack", "allow"}, Input: tt.input, AccessToken: tt.token})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -341,7 +337,7 @@ func TestOpenShiftSSARTokens(t *testing.T) {
 	counted.calls = &tokenReviews
 	a := newOpenShiftAuthorizer(t, OpenShiftConfig{SSAR: true}, &fakeReviewer{answer: allowAll}, OpenShiftSSAR{Reviewer: recording, Tokens: counted})
 	for _, token := range []string{"t1", "t1", "t2"} {
-		d, err := a.Decide(WithAccessToken(context.Background(), token), []string{"lokistack", "allow"}, lokiInput("ignored", "read", "application", ""))
+		d, err := a.Decide(context.Background(), Request{Path: []string{"lokistack", "allow"}, Input: lokiInput("ignored", "read", "application", ""), AccessToken: token})
 		if err != nil || jsonOf(d.Result) != true {
 			t.Fatalf("token %s: %v %v", token, jsonOf(d.Result), err)
 		}
@@ -387,7 +383,7 @@ func TestOpenShiftSelectorsIntersectNamespaces(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rev := &fakeReviewer{answer: logsRBAC("bob get ns1")}
 			a := newOpenShiftAuthorizer(t, OpenShiftConfig{Matchers: []string{ns}, MaxSelectorNamespaces: tt.max}, rev, OpenShiftSSAR{})
-			d, err := a.Decide(context.Background(), []string{"lokistack", "allow"}, lokiInput("bob", "read", "application", tt.extras))
+			d, err := a.Decide(context.Background(), Request{Path: []string{"lokistack", "allow"}, Input: lokiInput("bob", "read", "application", tt.extras)})
 			if tt.want == nil {
 				var inputErr *InputError
 				if !errors.As(err, &inputErr) || !strings.Contains(err.Error(), "selectors name 5000 namespaces; at most 300 are allowed") {
@@ -409,7 +405,7 @@ func TestOpenShiftPathKeepsPodDecisions(t *testing.T) {
 	rev := &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}
 	a := newTestAuthorizer(t, Config{}, rev, newView())
 	a.EnableOpenShift(OpenShiftConfig{Path: []string{"interlink", "authz", "decision"}}, namespaceList{}, OpenShiftSSAR{})
-	d, err := a.Decide(context.Background(), decisionPath, json.RawMessage(podInput("create", "team-a", "runner", "")))
+	d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: json.RawMessage(podInput("create", "team-a", "runner", ""))})
 	if err != nil || jsonOf(d.Result).(map[string]any)["allowed"] != true {
 		t.Fatalf("pod decision on the opa-openshift path = %v, %v", jsonOf(d.Result), err)
 	}

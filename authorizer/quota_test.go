@@ -74,9 +74,9 @@ func quotaPod(name string, extra ...string) json.RawMessage {
 		"spec": {"serviceAccountName": "runner", "nodeName": "vk-0", "containers": [{"name": "main", "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1"}}}]}}}`, name, uid))
 }
 
-func decideQuota(tb testing.TB, a *Authorizer, ctx context.Context, in json.RawMessage) (bool, string) {
+func decideQuota(tb testing.TB, a *Authorizer, mode ChargeMode, in json.RawMessage) (bool, string) {
 	tb.Helper()
-	d, err := a.Decide(ctx, decisionPath, in)
+	d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: in, Charge: mode})
 	if err != nil {
 		tb.Fatalf("Decide: %v", err)
 	}
@@ -86,14 +86,13 @@ func decideQuota(tb testing.TB, a *Authorizer, ctx context.Context, in json.RawM
 
 func TestDecideQuota(t *testing.T) {
 	e := newQuotaEnv(t, corev1.ResourceList{"pods": resource.MustParse("2"), "cpu": resource.MustParse("2")})
-	ctx := context.Background()
 	for _, name := range []string{"first", "second"} {
-		if allowed, reason := decideQuota(t, e.a, ctx, quotaPod(name)); !allowed {
+		if allowed, reason := decideQuota(t, e.a, ChargeByUID, quotaPod(name)); !allowed {
 			t.Fatalf("%s: denied, %q", name, reason)
 		}
 	}
 	// A pod counts its limit (1 cpu), not its request (100m): the third is over.
-	allowed, reason := decideQuota(t, e.a, ctx, quotaPod("third"))
+	allowed, reason := decideQuota(t, e.a, ChargeByUID, quotaPod("third"))
 	want := `tenant "team-a" would use 3 cpu on virtual nodes, over its quota of 2 (2 in use, this pod holds 1); tenant "team-a" would use 3 pods on virtual nodes, over its quota of 2 (2 in use, this pod holds 1)`
 	if allowed || reason != want {
 		t.Fatalf("third pod: allowed %v, reason %q; want %q", allowed, reason, want)
@@ -103,7 +102,7 @@ func TestDecideQuota(t *testing.T) {
 	}
 	// A caller cannot hand in its own usage.
 	forged := json.RawMessage(strings.Replace(string(quotaPod("fourth")), `"operation"`, `"quota": {"tenant": {"pods": -5}, "request": {}, "hard": {"pods": 100}}, "operation"`, 1))
-	if allowed, _ := decideQuota(t, e.a, ctx, forged); allowed {
+	if allowed, _ := decideQuota(t, e.a, ChargeByUID, forged); allowed {
 		t.Fatal("a caller's input.quota was believed")
 	}
 }
@@ -112,16 +111,14 @@ func TestDecideQuota(t *testing.T) {
 // charged once; a dry run, a workload's template or the mutating webhook charge nothing.
 func TestDecideChargesOnce(t *testing.T) {
 	e := newQuotaEnv(t, corev1.ResourceList{"pods": resource.MustParse("1")})
-	for _, ctx := range []context.Context{WithoutCharge(context.Background()), WithoutCharge(WithStoredPod(context.Background()))} {
-		if allowed, reason := decideQuota(t, e.a, ctx, quotaPod("dry", "uid-dry")); !allowed {
-			t.Fatalf("dry run: denied, %q", reason)
-		}
+	if allowed, reason := decideQuota(t, e.a, ChargeNothing, quotaPod("dry", "uid-dry")); !allowed {
+		t.Fatalf("dry run: denied, %q", reason)
 	}
 	if used := e.used(t); len(used) != 0 {
 		t.Fatalf("dry runs charged %v", used)
 	}
-	for _, ctx := range []context.Context{WithNewPod(context.Background()), WithStoredPod(context.Background()), context.Background()} {
-		if allowed, reason := decideQuota(t, e.a, ctx, quotaPod("real", "uid-real")); !allowed {
+	for _, mode := range []ChargeMode{ChargeNew, ChargeStored, ChargeByUID} {
+		if allowed, reason := decideQuota(t, e.a, mode, quotaPod("real", "uid-real")); !allowed {
 			t.Fatalf("the same pod again: denied, %q", reason)
 		}
 	}
@@ -129,7 +126,7 @@ func TestDecideChargesOnce(t *testing.T) {
 		t.Fatalf("used %v, want the pod charged once", used)
 	}
 	// Over the quota, a dry run is refused as the create would be.
-	if allowed, _ := decideQuota(t, e.a, WithoutCharge(context.Background()), quotaPod("dry-over", "uid-dry-over")); allowed {
+	if allowed, _ := decideQuota(t, e.a, ChargeNothing, quotaPod("dry-over", "uid-dry-over")); allowed {
 		t.Fatal("a dry run over the quota was allowed")
 	}
 }
@@ -144,7 +141,7 @@ func TestDecideQuotaRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, reason := decideQuota(t, e.a, context.Background(), quotaPod(fmt.Sprintf("p%d", i), fmt.Sprintf("uid-%d", i)))
+			ok, reason := decideQuota(t, e.a, ChargeByUID, quotaPod(fmt.Sprintf("p%d", i), fmt.Sprintf("uid-%d", i)))
 			switch {
 			case ok:
 				allowed.Add(1)
@@ -176,7 +173,7 @@ func (failingLedger) Prior(context.Context, *v1alpha1.OffloadTenant, tenants.Req
 func TestDecideLedgerDown(t *testing.T) {
 	e := newQuotaEnv(t, corev1.ResourceList{"pods": resource.MustParse("10")})
 	e.a.cfg.Ledger = failingLedger{}
-	_, err := e.a.Decide(context.Background(), decisionPath, quotaPod("p"))
+	_, err := e.a.Decide(context.Background(), Request{Path: decisionPath, Input: quotaPod("p")})
 	var unavailable *UnavailableError
 	if !errors.As(err, &unavailable) || !strings.Contains(err.Error(), "the API server is down") {
 		t.Fatalf("error %v, want an UnavailableError", err)
@@ -192,7 +189,7 @@ func TestDecideWithoutQuotaKeepsInput(t *testing.T) {
 		if i == 3 {
 			in = json.RawMessage(strings.Replace(string(in), `{"pod"`, `{"quota": {"tenant": {}}, "pod"`, 1))
 		}
-		d, err := e.a.Decide(context.Background(), decisionPath, in)
+		d, err := e.a.Decide(context.Background(), Request{Path: decisionPath, Input: in})
 		if err != nil || jsonOf(d.Result).(map[string]any)["allowed"] != true {
 			t.Fatalf("decision %d: %v %v", i, jsonOf(d.Result), err)
 		}
@@ -223,7 +220,7 @@ func BenchmarkDecideQuota(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				d, err := e.a.Decide(context.Background(), decisionPath, distinct[i%len(distinct)])
+				d, err := e.a.Decide(context.Background(), Request{Path: decisionPath, Input: distinct[i%len(distinct)]})
 				if err != nil || jsonOf(d.Result).(map[string]any)["allowed"] != true {
 					b.Fatalf("decision %v %v", jsonOf(d.Result), err)
 				}

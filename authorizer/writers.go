@@ -48,21 +48,12 @@ type LivePods interface {
 	Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 }
 
-type noLivePodKey struct{}
-
-// WithoutLivePod marks a decision about a pod that is not stored (yet) under its name,
-// such as one under admission: the pod of that name in the API server, if any, is
-// another one, so input.hpc.writers is left out (and the annotations stay refused).
-func WithoutLivePod(ctx context.Context) context.Context {
-	return context.WithValue(ctx, noLivePodKey{}, true)
-}
-
 // hpcWithWriters is input.hpc with writers added. The live pod is read only for a named
 // create that sets one of vkAnnotations, so other decisions cost nothing more; a live
 // pod that cannot be read is an UnavailableError, never a guess either way.
-func (a *Authorizer) hpcWithWriters(ctx context.Context, req podRequest) (ast.Value, map[string]string, error) {
+func (a *Authorizer) hpcWithWriters(ctx context.Context, req podRequest, notStored bool) (ast.Value, map[string]string, error) {
 	sent := sentVKAnnotations(req.input.Get(key("pod")))
-	if len(sent) == 0 || req.Operation != "create" || req.Pod.Name == "" || a.cfg.LivePods == nil || ctx.Value(noLivePodKey{}) != nil {
+	if len(sent) == 0 || req.Operation != "create" || req.Pod.Name == "" || a.cfg.LivePods == nil || notStored {
 		return req.hpc, nil, nil
 	}
 	live, err := a.cfg.LivePods.Pod(ctx, req.Pod.Namespace, req.Pod.Name)

@@ -146,11 +146,7 @@ func TestDecideWriters(t *testing.T) {
 			a := newTestAuthorizer(t, cfg, &fakeReviewer{answer: allowAll}, newView())
 			rec := &recordingEvaluator{Evaluator: a.evaluator}
 			a.evaluator = rec
-			ctx := context.Background()
-			if tt.admission {
-				ctx = WithoutLivePod(ctx)
-			}
-			d, err := a.Decide(ctx, decisionPath, writersInput(t, or(tt.op, "create"), or(tt.podName, "p1"), types.UID(or(string(tt.uid), podUID)), tt.sent))
+			d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: writersInput(t, or(tt.op, "create"), or(tt.podName, "p1"), types.UID(or(string(tt.uid), podUID)), tt.sent), NotStored: tt.admission})
 			if live.calls != tt.wantCalls {
 				t.Errorf("live pod read %d times, want %d", live.calls, tt.wantCalls)
 			}

@@ -7,7 +7,6 @@ package interlink
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,10 +25,8 @@ import (
 	"github.com/sar-bridge/sar-bridge/decisionapi"
 )
 
-// Decider answers a policy document for an input; authorizer.Authorizer is the real one.
-type Decider interface {
-	Decide(ctx context.Context, path []string, input json.RawMessage) (authorizer.Decision, error)
-}
+// Decider is the decision pipeline: *authorizer.Authorizer, or a fake in tests.
+type Decider = authorizer.Decider
 
 // Defaults of Options.
 const (
@@ -297,9 +294,9 @@ func (r *Relay) decide(ctx context.Context, body createBody) (authorizer.Verdict
 		return authorizer.Verdict{}, http.StatusBadRequest, outcomeInvalid, fmt.Errorf("bad request: %w", err)
 	}
 	// The pod interLink creates is stored: a webhook may have charged it already.
-	ctx, cancel := context.WithTimeout(authorizer.WithStoredPod(authorizer.WithLogFields(ctx, "route", "create")), r.opts.DecisionTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.opts.DecisionTimeout)
 	defer cancel()
-	d, err := r.decider.Decide(ctx, r.opts.DecisionPath, input)
+	d, err := r.decider.Decide(ctx, authorizer.Request{Path: r.opts.DecisionPath, Input: input, Charge: authorizer.ChargeStored, LogFields: []any{"route", "create"}})
 	var (
 		inputErr    *authorizer.InputError
 		unavailable *authorizer.UnavailableError

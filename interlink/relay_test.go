@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,20 +26,22 @@ import (
 
 // fakeDecider answers with a fixed decision or error and records its inputs.
 type fakeDecider struct {
-	mu     sync.Mutex
-	inputs []string
-	paths  []string
-	fields [][]any
-	d      authorizer.Decision
-	err    error
-	wait   time.Duration // honours the context like the real authorizer
+	mu      sync.Mutex
+	inputs  []string
+	paths   []string
+	fields  [][]any
+	charges []authorizer.ChargeMode
+	d       authorizer.Decision
+	err     error
+	wait    time.Duration // honours the context like the real authorizer
 }
 
-func (f *fakeDecider) Decide(ctx context.Context, path []string, input json.RawMessage) (authorizer.Decision, error) {
+func (f *fakeDecider) Decide(ctx context.Context, r authorizer.Request) (authorizer.Decision, error) {
 	f.mu.Lock()
-	f.inputs = append(f.inputs, string(input))
-	f.paths = append(f.paths, strings.Join(path, "/"))
-	f.fields = append(f.fields, authorizer.LogFields(ctx))
+	f.inputs = append(f.inputs, string(r.Input))
+	f.paths = append(f.paths, strings.Join(r.Path, "/"))
+	f.fields = append(f.fields, r.LogFields)
+	f.charges = append(f.charges, r.Charge)
 	f.mu.Unlock()
 	if f.wait > 0 {
 		select {
@@ -343,6 +344,9 @@ func TestCreateForwardsModifiedBody(t *testing.T) {
 	}
 	if d.paths[0] != "interlink/authz/decision" {
 		t.Errorf("decision path %s", d.paths[0])
+	}
+	if d.charges[0] != authorizer.ChargeStored {
+		t.Errorf("charge mode %v, want ChargeStored: interLink creates stored pods", d.charges[0])
 	}
 	if fmt.Sprint(d.fields[0]) != "[route create]" {
 		t.Errorf("decision log fields %v", d.fields[0])

@@ -69,11 +69,11 @@ type recordingDecider struct {
 	path []string
 }
 
-func (r *recordingDecider) Decide(ctx context.Context, path []string, input json.RawMessage) (authorizer.Decision, error) {
+func (r *recordingDecider) Decide(ctx context.Context, req authorizer.Request) (authorizer.Decision, error) {
 	r.mu.Lock()
-	r.path = append([]string(nil), path...)
+	r.path = append([]string(nil), req.Path...)
 	r.mu.Unlock()
-	return r.Decider.Decide(ctx, path, input)
+	return r.Decider.Decide(ctx, req)
 }
 
 func (r *recordingDecider) take() []string {

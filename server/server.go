@@ -25,10 +25,8 @@ import (
 	"github.com/sar-bridge/sar-bridge/authorizer"
 )
 
-// Decider answers a policy document for an input; authorizer.Authorizer is the real one.
-type Decider interface {
-	Decide(ctx context.Context, path []string, input json.RawMessage) (authorizer.Decision, error)
-}
+// Decider is the decision pipeline: *authorizer.Authorizer, or a fake in tests.
+type Decider = authorizer.Decider
 
 // OPA's error codes, as its clients parse them.
 const (
@@ -152,10 +150,7 @@ func (h *dataHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithTimeout(ctx, h.timeout)
 		defer cancel()
 	}
-	if token := r.Header.Get(forwardedTokenHeader); token != "" {
-		ctx = authorizer.WithAccessToken(ctx, token)
-	}
-	decision, err := h.decider.Decide(ctx, path, input)
+	decision, err := h.decider.Decide(ctx, authorizer.Request{Path: path, Input: input, AccessToken: r.Header.Get(forwardedTokenHeader)})
 	var (
 		inputErr        *authorizer.InputError
 		unauthenticated *authorizer.UnauthenticatedError

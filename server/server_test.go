@@ -23,8 +23,9 @@ type fakeDecider struct {
 	input string
 }
 
-func (f *fakeDecider) Decide(_ context.Context, path []string, input json.RawMessage) (authorizer.Decision, error) {
-	f.path, f.input = path, string(input)
+func (f *fakeDecider) Decide(_ context.Context, r authorizer.Request) (authorizer.Decision, error) {
+	path := r.Path
+	f.path, f.input = path, string(r.Input)
 	switch strings.Join(path, "/") {
 	case "interlink/authz/decision":
 		return authorizer.Decision{ID: "id-1", Defined: true, Result: ast.MustInterfaceToValue(map[string]any{"allowed": false, "reason": "no"})}, nil
