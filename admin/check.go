@@ -84,7 +84,7 @@ func checkOne(ctx context.Context, d Decider, p Pod, opts CheckOptions) Outcome 
 		o.Err = err
 		return o
 	}
-	if _, _, err := authorizer.ReadAllowed(decision); err != nil {
+	if _, err := authorizer.ReadVerdict(decision); err != nil {
 		// A policy override that answers something else is not an allow.
 		o.Err = fmt.Errorf("data.%s: %w (got %v)", strings.Join(DecisionPath, "."), err, decision.Result)
 		return o

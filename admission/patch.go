@@ -1,6 +1,8 @@
 package admission
 
 import (
+	corev1 "k8s.io/api/core/v1"
+
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -50,9 +52,9 @@ func buildPatch(rawPod []byte, m authorizer.Modifications) ([]byte, error) {
 	if err := json.Unmarshal(rawPod, &pod); err != nil {
 		return nil, fmt.Errorf("reading the pod: %w", err)
 	}
-	ops := annotationOps(pod.Metadata.Annotations, m.Annotations)
-	ops = append(ops, limitOps("/spec/containers", pod.Spec.Containers, m.Limits)...)
-	ops = append(ops, limitOps("/spec/initContainers", pod.Spec.InitContainers, m.Limits)...)
+	ops := annotationOps(pod.Metadata.Annotations, m.PodAnnotations)
+	ops = append(ops, limitOps("/spec/containers", pod.Spec.Containers, m.ResourceLimits)...)
+	ops = append(ops, limitOps("/spec/initContainers", pod.Spec.InitContainers, m.ResourceLimits)...)
 	userOps, err := runAsUserOps(pod.Spec.SecurityContext, m.RunAsUser)
 	if err != nil {
 		return nil, err
@@ -90,7 +92,7 @@ func annotationOps(current *map[string]string, add map[string]string) []patchOp 
 	return ops
 }
 
-func limitOps(list string, containers []patchContainer, limits map[string]map[string]string) []patchOp {
+func limitOps(list string, containers []patchContainer, limits map[string]corev1.ResourceList) []patchOp {
 	var ops []patchOp
 	for i, c := range containers {
 		want := limits[c.Name]

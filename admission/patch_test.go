@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	"github.com/sar-bridge/sar-bridge/authorizer"
@@ -26,40 +29,40 @@ func TestBuildPatch(t *testing.T) {
 		},
 		{
 			name: "annotations created when absent",
-			pod:  `{"metadata":{"name":"p"},"spec":{"containers":[]}}`, mods: authorizer.Modifications{Annotations: billing},
+			pod:  `{"metadata":{"name":"p"},"spec":{"containers":[]}}`, mods: authorizer.Modifications{PodAnnotations: billing},
 			wantPatch: `[{"op":"add","path":"/metadata/annotations","value":{"interlink.io/billing-project":"proj-7"}}]`,
 			wantPod:   `{"metadata":{"name":"p","annotations":{"interlink.io/billing-project":"proj-7"}},"spec":{"containers":[]}}`,
 		},
 		{
-			name: "annotations null", pod: `{"metadata":{"annotations":null},"spec":{}}`, mods: authorizer.Modifications{Annotations: billing},
+			name: "annotations null", pod: `{"metadata":{"annotations":null},"spec":{}}`, mods: authorizer.Modifications{PodAnnotations: billing},
 			wantPatch: `[{"op":"add","path":"/metadata/annotations","value":{"interlink.io/billing-project":"proj-7"}}]`,
 			wantPod:   `{"metadata":{"annotations":{"interlink.io/billing-project":"proj-7"}},"spec":{}}`,
 		},
 		{
 			name: "annotation added beside others, slash escaped", pod: `{"metadata":{"annotations":{"a":"b"}},"spec":{}}`,
-			mods:      authorizer.Modifications{Annotations: map[string]string{"interlink.io/billing-project": "proj-7", "x~y": "z"}},
+			mods:      authorizer.Modifications{PodAnnotations: map[string]string{"interlink.io/billing-project": "proj-7", "x~y": "z"}},
 			wantPatch: `[{"op":"add","path":"/metadata/annotations/interlink.io~1billing-project","value":"proj-7"},{"op":"add","path":"/metadata/annotations/x~0y","value":"z"}]`,
 			wantPod:   `{"metadata":{"annotations":{"a":"b","interlink.io/billing-project":"proj-7","x~y":"z"}},"spec":{}}`,
 		},
 		{
-			name: "policy value replaces the pod's", pod: `{"metadata":{"annotations":{"interlink.io/billing-project":"mine"}},"spec":{}}`, mods: authorizer.Modifications{Annotations: billing},
+			name: "policy value replaces the pod's", pod: `{"metadata":{"annotations":{"interlink.io/billing-project":"mine"}},"spec":{}}`, mods: authorizer.Modifications{PodAnnotations: billing},
 			wantPatch: `[{"op":"replace","path":"/metadata/annotations/interlink.io~1billing-project","value":"proj-7"}]`,
 			wantPod:   `{"metadata":{"annotations":{"interlink.io/billing-project":"proj-7"}},"spec":{}}`,
 		},
 		{
-			name: "same value: no patch", pod: `{"metadata":{"annotations":{"interlink.io/billing-project":"proj-7"}},"spec":{}}`, mods: authorizer.Modifications{Annotations: billing},
+			name: "same value: no patch", pod: `{"metadata":{"annotations":{"interlink.io/billing-project":"proj-7"}},"spec":{}}`, mods: authorizer.Modifications{PodAnnotations: billing},
 		},
 		{
 			name: "limits for containers without limits only",
 			pod:  `{"metadata":{},"spec":{"initContainers":[{"name":"init"}],"containers":[{"name":"main","resources":{}},{"name":"side","resources":{}},{"name":"capped","resources":{"limits":{"cpu":"2"}}}]}}`,
-			mods: authorizer.Modifications{Limits: map[string]map[string]string{"main": {"cpu": "1", "memory": "1Gi"}, "init": {"cpu": "1"}, "capped": {"cpu": "1"}}},
+			mods: authorizer.Modifications{ResourceLimits: limitsOf(map[string]map[string]string{"main": {"cpu": "1", "memory": "1Gi"}, "init": {"cpu": "1"}, "capped": {"cpu": "1"}})},
 			wantPatch: `[{"op":"add","path":"/spec/containers/0/resources/limits","value":{"cpu":"1","memory":"1Gi"}},` +
 				`{"op":"add","path":"/spec/initContainers/0/resources","value":{"limits":{"cpu":"1"}}}]`,
 			wantPod: `{"metadata":{},"spec":{"initContainers":[{"name":"init","resources":{"limits":{"cpu":"1"}}}],"containers":[{"name":"main","resources":{"limits":{"cpu":"1","memory":"1Gi"}}},{"name":"side","resources":{}},{"name":"capped","resources":{"limits":{"cpu":"2"}}}]}}`,
 		},
 		{
 			name: "null or empty limits count as none", pod: `{"metadata":{},"spec":{"containers":[{"name":"main","resources":{"limits":null}},{"name":"init","resources":{"limits":{}}}]}}`,
-			mods:      authorizer.Modifications{Limits: limits},
+			mods:      authorizer.Modifications{ResourceLimits: limitsOf(limits)},
 			wantPatch: `[{"op":"add","path":"/spec/containers/0/resources/limits","value":{"cpu":"1","memory":"1Gi"}},{"op":"add","path":"/spec/containers/1/resources/limits","value":{"cpu":"1"}}]`,
 			wantPod:   `{"metadata":{},"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"1","memory":"1Gi"}}},{"name":"init","resources":{"limits":{"cpu":"1"}}}]}}`,
 		},
@@ -108,8 +111,8 @@ func TestBuildPatch(t *testing.T) {
 		{
 			name: "every kind at once",
 			pod:  `{"metadata":{"annotations":{"slurm-job.vk.io/flags":"--time=1:00:00"}},"spec":{"containers":[{"name":"main"}]}}`,
-			mods: authorizer.Modifications{Annotations: map[string]string{"slurm-job.vk.io/flags": "--time=1:00:00 --account=proj-a"},
-				Limits: map[string]map[string]string{"main": {"cpu": "1"}}, RunAsUser: uid(20001)},
+			mods: authorizer.Modifications{PodAnnotations: map[string]string{"slurm-job.vk.io/flags": "--time=1:00:00 --account=proj-a"},
+				ResourceLimits: limitsOf(map[string]map[string]string{"main": {"cpu": "1"}}), RunAsUser: uid(20001)},
 			wantPatch: `[{"op":"replace","path":"/metadata/annotations/slurm-job.vk.io~1flags","value":"--time=1:00:00 --account=proj-a"},` +
 				`{"op":"add","path":"/spec/containers/0/resources","value":{"limits":{"cpu":"1"}}},` +
 				`{"op":"add","path":"/spec/securityContext","value":{"runAsUser":20001}}]`,
@@ -150,7 +153,7 @@ func TestBuildPatch(t *testing.T) {
 }
 
 func TestBuildPatchBadPod(t *testing.T) {
-	if _, err := buildPatch([]byte(`{"spec":{"containers":{}}}`), authorizer.Modifications{Limits: map[string]map[string]string{"a": {"cpu": "1"}}}); err == nil {
+	if _, err := buildPatch([]byte(`{"spec":{"containers":{}}}`), authorizer.Modifications{ResourceLimits: limitsOf(map[string]map[string]string{"a": {"cpu": "1"}})}); err == nil {
 		t.Fatal("want an error for containers that are not a list")
 	}
 }
@@ -174,3 +177,16 @@ func TestBuildPatchKeepsTheRunAsUser(t *testing.T) {
 }
 
 func uid(n int64) *int64 { return &n }
+
+// limitsOf is limits per container as a front door receives them.
+func limitsOf(m map[string]map[string]string) map[string]corev1.ResourceList {
+	out := make(map[string]corev1.ResourceList, len(m))
+	for name, limits := range m {
+		list := corev1.ResourceList{}
+		for r, q := range limits {
+			list[corev1.ResourceName(r)] = resource.MustParse(q)
+		}
+		out[name] = list
+	}
+	return out
+}

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
@@ -38,12 +41,12 @@ func TestReadVerdict(t *testing.T) {
 			"pod_annotations": map[string]any{"b": "p-7"},
 			"resource_limits": map[string]any{"main": map[string]any{"cpu": "1000m", "memory": json.Number("1073741824")}},
 		}}), want: Verdict{Allowed: true, Modifications: Modifications{
-			Annotations: map[string]string{"b": "p-7"},
-			Limits:      map[string]map[string]string{"main": {"cpu": "1", "memory": "1073741824"}},
+			PodAnnotations: map[string]string{"b": "p-7"},
+			ResourceLimits: limitsOf(map[string]map[string]string{"main": {"cpu": "1", "memory": "1073741824"}}),
 		}}},
 		{name: "run_as_user", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{
 			"pod_annotations": map[string]any{}, "resource_limits": map[string]any{}, "run_as_user": json.Number("20001"),
-		}}), want: Verdict{Allowed: true, Modifications: Modifications{Annotations: map[string]string{}, Limits: map[string]map[string]string{}, RunAsUser: ptr(20001)}}},
+		}}), want: Verdict{Allowed: true, Modifications: Modifications{PodAnnotations: map[string]string{}, ResourceLimits: limitsOf(map[string]map[string]string{}), RunAsUser: ptr(20001)}}},
 		{name: "run_as_user 0", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": 0}}),
 			want: Verdict{Allowed: true, Modifications: Modifications{RunAsUser: ptr(0)}}},
 		{name: "run_as_user largest uid", d: decision(map[string]any{"allowed": true, "modifications": map[string]any{"run_as_user": json.Number("2147483647")}}),
@@ -101,9 +104,22 @@ func TestReadVerdict(t *testing.T) {
 }
 
 func equalVerdict(a, b Verdict) bool {
-	ja, _ := json.Marshal([]any{a.Allowed, a.Reason, a.Modifications.Annotations, a.Modifications.Limits, a.Modifications.RunAsUser})
-	jb, _ := json.Marshal([]any{b.Allowed, b.Reason, b.Modifications.Annotations, b.Modifications.Limits, b.Modifications.RunAsUser})
+	ja, _ := json.Marshal([]any{a.Allowed, a.Reason, a.Modifications.PodAnnotations, a.Modifications.ResourceLimits, a.Modifications.RunAsUser})
+	jb, _ := json.Marshal([]any{b.Allowed, b.Reason, b.Modifications.PodAnnotations, b.Modifications.ResourceLimits, b.Modifications.RunAsUser})
 	return string(ja) == string(jb)
 }
 
 func ptr(n int64) *int64 { return &n }
+
+// limitsOf is limits per container as a front door receives them.
+func limitsOf(m map[string]map[string]string) map[string]corev1.ResourceList {
+	out := make(map[string]corev1.ResourceList, len(m))
+	for name, limits := range m {
+		list := corev1.ResourceList{}
+		for r, q := range limits {
+			list[corev1.ResourceName(r)] = resource.MustParse(q)
+		}
+		out[name] = list
+	}
+	return out
+}

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -78,21 +77,11 @@ type Decision struct {
 	ID string
 }
 
-// Modifications are what an allowing decision asks the caller to change in the pod.
-type Modifications struct {
-	// PodAnnotations are merged into the pod's annotations (their values win).
-	PodAnnotations map[string]string `json:"pod_annotations"`
-	// ResourceLimits gives, per container name, the limits of a container that sets none.
-	ResourceLimits map[string]corev1.ResourceList `json:"resource_limits"`
-	// RunAsUser, when set, is the pod-level spec.securityContext.runAsUser to set (the
-	// tenant's HPC uid; the SLURM plugin submits the job with it as --uid). The bridge asks
-	// only when the pod sets none: create spec.securityContext if it is nil, and never
-	// overwrite a runAsUser the pod has (refuse the pod instead).
-	RunAsUser *int64 `json:"run_as_user"`
-}
-
-// maxUID is the largest runAsUser Kubernetes accepts.
-const maxUID = math.MaxInt32
+// Modifications are what an allowing decision asks the caller to change in the pod:
+// merge PodAnnotations (their values win), set ResourceLimits on the named containers
+// that set no limits, and set RunAsUser as spec.securityContext.runAsUser when the pod
+// sets none (never overwrite one the pod has: refuse the pod instead).
+type Modifications = decisionapi.Modifications
 
 // UnavailableError means no decision could be had: the bridge was unreachable, timed
 // out, or could not reach the Kubernetes API (503). Retrying later may succeed.
@@ -236,25 +225,22 @@ func parseAnswer(status int, data []byte) (Decision, error) {
 		return Decision{}, &ResponseError{StatusCode: status, Code: opaErr.Code, Message: opaErr.Message}
 	}
 	var answer struct {
-		Result *struct {
-			Allowed       *bool         `json:"allowed"`
-			Reason        string        `json:"reason"`
-			Modifications Modifications `json:"modifications"`
-		} `json:"result"`
+		Result     any    `json:"result"`
 		DecisionID string `json:"decision_id"`
 	}
-	if err := json.Unmarshal(data, &answer); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&answer); err != nil {
 		return Decision{}, &ResponseError{StatusCode: status, Message: fmt.Sprintf("answer is not a decision: %v", err)}
 	}
-	if answer.Result == nil || answer.Result.Allowed == nil {
+	if answer.Result == nil {
 		return Decision{}, &ResponseError{StatusCode: status, Message: "answer has no result.allowed: is the document path right?"}
 	}
-	r := answer.Result
-	if u := r.Modifications.RunAsUser; u != nil && (*u < 0 || *u > maxUID) {
-		// A uid Kubernetes would refuse is no uid to run a job as.
-		return Decision{}, &ResponseError{StatusCode: status, Message: fmt.Sprintf("answer is not a decision: modifications.run_as_user %d is not between 0 and %d", *u, maxUID)}
+	v, err := decisionapi.ReadVerdict(answer.Result)
+	if err != nil {
+		return Decision{}, &ResponseError{StatusCode: status, Message: fmt.Sprintf("answer is not a decision: %v", err)}
 	}
-	return Decision{Allowed: *r.Allowed, Reason: r.Reason, Modifications: r.Modifications, ID: answer.DecisionID}, nil
+	return Decision{Allowed: v.Allowed, Reason: v.Reason, Modifications: v.Modifications, ID: answer.DecisionID}, nil
 }
 
 // tokenFile is a bearer token on disk, read again when the file changes (kubelet

@@ -1,6 +1,8 @@
 package interlink
 
 import (
+	corev1 "k8s.io/api/core/v1"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -52,11 +54,11 @@ func (c createBody) apply(m authorizer.Modifications) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod: %w", err)
 	}
-	changedMeta, err := mergeAnnotations(pod, m.Annotations)
+	changedMeta, err := mergeAnnotations(pod, m.PodAnnotations)
 	if err != nil {
 		return nil, err
 	}
-	changedSpec, err := applyLimits(pod, m.Limits)
+	changedSpec, err := applyLimits(pod, m.ResourceLimits)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +115,7 @@ func mergeAnnotations(pod object, add map[string]string) (bool, error) {
 
 // applyLimits gives the named containers (and init containers) that set no limits the
 // policy's limits; containers with limits of their own keep them.
-func applyLimits(pod object, limits map[string]map[string]string) (bool, error) {
+func applyLimits(pod object, limits map[string]corev1.ResourceList) (bool, error) {
 	if len(limits) == 0 {
 		return false, nil
 	}
@@ -146,7 +148,7 @@ func applyLimits(pod object, limits map[string]map[string]string) (bool, error) 
 	return true, nil
 }
 
-func limitContainers(raw json.RawMessage, limits map[string]map[string]string) (json.RawMessage, bool, error) {
+func limitContainers(raw json.RawMessage, limits map[string]corev1.ResourceList) (json.RawMessage, bool, error) {
 	var containers []json.RawMessage
 	if err := json.Unmarshal(raw, &containers); err != nil {
 		return nil, false, err
@@ -176,7 +178,7 @@ func limitContainers(raw json.RawMessage, limits map[string]map[string]string) (
 	return buf.Bytes(), true, nil
 }
 
-func limitContainer(raw json.RawMessage, limits map[string]map[string]string) (json.RawMessage, bool, error) {
+func limitContainer(raw json.RawMessage, limits map[string]corev1.ResourceList) (json.RawMessage, bool, error) {
 	c, err := parseObject(raw)
 	if err != nil {
 		return nil, false, err

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/sar-bridge/sar-bridge/authorizer"
 )
 
@@ -112,12 +115,12 @@ func TestApplyModifications(t *testing.T) {
 		want map[string]any
 	}{
 		{name: "none", mods: authorizer.Modifications{}},
-		{name: "annotations already set", mods: authorizer.Modifications{Annotations: map[string]string{"keep": "me"}}},
-		{name: "limits for an unknown container", mods: authorizer.Modifications{Limits: map[string]map[string]string{"ghost": limits}}},
-		{name: "limits for a container with limits", mods: authorizer.Modifications{Limits: map[string]map[string]string{"capped": limits}}},
-		{name: "annotations merged, the policy wins", mods: authorizer.Modifications{Annotations: map[string]string{"b": "p-7", "new": "x"}},
+		{name: "annotations already set", mods: authorizer.Modifications{PodAnnotations: map[string]string{"keep": "me"}}},
+		{name: "limits for an unknown container", mods: authorizer.Modifications{ResourceLimits: limitsOf(map[string]map[string]string{"ghost": limits})}},
+		{name: "limits for a container with limits", mods: authorizer.Modifications{ResourceLimits: limitsOf(map[string]map[string]string{"capped": limits})}},
+		{name: "annotations merged, the policy wins", mods: authorizer.Modifications{PodAnnotations: map[string]string{"b": "p-7", "new": "x"}},
 			want: map[string]any{"annotations": map[string]any{"keep": "me", "b": "p-7", "new": "x"}}},
-		{name: "limits where none are set", mods: authorizer.Modifications{Limits: map[string]map[string]string{"main": limits, "capped": limits, "empty": limits, "init": limits}},
+		{name: "limits where none are set", mods: authorizer.Modifications{ResourceLimits: limitsOf(map[string]map[string]string{"main": limits, "capped": limits, "empty": limits, "init": limits})},
 			want: map[string]any{"limits": map[string]any{
 				"main": map[string]any{"cpu": "1", "memory": "1Gi"}, "capped": map[string]any{"cpu": "500m"},
 				"empty": map[string]any{"cpu": "1", "memory": "1Gi"}, "init": map[string]any{"cpu": "1", "memory": "1Gi"}}}},
@@ -234,8 +237,8 @@ func TestApplyRunAsUser(t *testing.T) {
 			want: `{"pod":{"spec":{"containers":[{"name": "main", "securityContext": {"runAsUser": 5}}],"securityContext":{"runAsUser":20001}}}` + restOut},
 		{name: "with annotations and limits",
 			pod: `{"metadata": {"annotations": {"a": "b"}}, "spec": {"containers": [{"name": "main"}]}}`,
-			mods: authorizer.Modifications{Annotations: map[string]string{"slurm-job.vk.io/flags": "--account=proj-a"},
-				Limits: map[string]map[string]string{"main": {"cpu": "1"}}, RunAsUser: uid(20001)},
+			mods: authorizer.Modifications{PodAnnotations: map[string]string{"slurm-job.vk.io/flags": "--account=proj-a"},
+				ResourceLimits: limitsOf(map[string]map[string]string{"main": {"cpu": "1"}}), RunAsUser: uid(20001)},
 			want: `{"pod":{"metadata":{"annotations":{"a":"b","slurm-job.vk.io/flags":"--account=proj-a"}},"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"1"}}}],"securityContext":{"runAsUser":20001}}}` + restOut},
 		{name: "same runAsUser already set: unchanged",
 			pod: `{"spec": {"securityContext": {"runAsUser": 20001}}}`, mods: authorizer.Modifications{RunAsUser: uid(20001)}},
@@ -278,4 +281,17 @@ func TestApplyRunAsUser(t *testing.T) {
 			}
 		})
 	}
+}
+
+// limitsOf is limits per container as a front door receives them.
+func limitsOf(m map[string]map[string]string) map[string]corev1.ResourceList {
+	out := make(map[string]corev1.ResourceList, len(m))
+	for name, limits := range m {
+		list := corev1.ResourceList{}
+		for r, q := range limits {
+			list[corev1.ResourceName(r)] = resource.MustParse(q)
+		}
+		out[name] = list
+	}
+	return out
 }
