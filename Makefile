@@ -27,8 +27,8 @@ PLATFORMS   := linux/amd64 linux/arm64
 HOST_ARCH   := $(shell $(GO) env GOARCH)
 # The commit's time makes image builds reproducible; without git, now.
 CREATED     := $(shell git log -1 --format=%ct 2>/dev/null)
-LDFLAGS     := -s -w -X github.com/sar-bridge/sar-bridge/version.version=$(VERSION) \
-               -X github.com/sar-bridge/sar-bridge/version.revision=$(REVISION)
+LDFLAGS     := -s -w -X github.com/sar-bridge/sar-bridge/internal/version.version=$(VERSION) \
+               -X github.com/sar-bridge/sar-bridge/internal/version.revision=$(REVISION)
 # Static, with no build paths: the same binary runs in the image, on an edge node and here.
 GO_BUILD    := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 
@@ -167,12 +167,12 @@ run: build deps controlplane ## A local control plane, example RBAC and the brid
 	exec bin/local-cluster --bridge $(CURDIR)/$(BIN) --dir $(RUN_DIR)
 
 CONTROLLER_TOOLS_VERSION := v0.19.0
-# The OffloadTenant CRD and its deepcopy functions, generated from tenants/v1alpha1's types
+# The OffloadTenant CRD and its deepcopy functions, generated from apis/v1alpha1's types
 # (committed; generate-check, part of lint, fails when they are not what this generates).
 generate: ## Regenerate the OffloadTenant CRD and deepcopy code with controller-gen.
 	$(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION) \
-		object paths=./tenants/v1alpha1/... \
-		crd:crdVersions=v1 output:crd:dir=manifests/crds paths=./tenants/v1alpha1/...
+		object paths=./apis/v1alpha1/... \
+		crd:crdVersions=v1 output:crd:dir=manifests/crds paths=./apis/v1alpha1/...
 	cp manifests/crds/sar-bridge.io_offloadtenants.yaml charts/sar-bridge/crds/
 
 generate-check: ## Fail when the committed CRD or deepcopy code is not what controller-gen generates from the types.
@@ -192,13 +192,13 @@ FUZZTIME_LARGE ?= 2000x
 # fuzz1 pkg,Target,executions: one fuzz target.
 fuzz1 = $(GO) test -json -run '^$$' -fuzz '^$(2)$$' -fuzztime $(3) -timeout $(FUZZ_TIMEOUT) ./$(1)/ $(call times,fuzz-$(2),$(FUZZ_TIMEOUT))
 fuzz: $(TEST_TIMES) ## Fuzz request decoding, the decision pipeline and the sbatch and container-option parsers, $(FUZZTIME) executions per target ($(FUZZTIME_LARGE) of the largest pods).
-	$(call fuzz1,server,FuzzDataAPI,$(FUZZTIME))
-	$(call fuzz1,authorizer,FuzzDecide,$(FUZZTIME))
-	$(call fuzz1,authorizer,FuzzAllowAllReviewer,$(FUZZTIME))
-	$(call fuzz1,strictjson,FuzzCheck,$(FUZZTIME))
-	$(call fuzz1,authorizer,FuzzLargePods,$(FUZZTIME_LARGE))
-	$(call fuzz1,slurmjob,FuzzParse,$(FUZZTIME))
-	$(call fuzz1,slurmjob,FuzzContainerArgs,$(FUZZTIME))
+	$(call fuzz1,internal/server,FuzzDataAPI,$(FUZZTIME))
+	$(call fuzz1,internal/authorizer,FuzzDecide,$(FUZZTIME))
+	$(call fuzz1,internal/authorizer,FuzzAllowAllReviewer,$(FUZZTIME))
+	$(call fuzz1,internal/strictjson,FuzzCheck,$(FUZZTIME))
+	$(call fuzz1,internal/authorizer,FuzzLargePods,$(FUZZTIME_LARGE))
+	$(call fuzz1,internal/slurmjob,FuzzParse,$(FUZZTIME))
+	$(call fuzz1,internal/slurmjob,FuzzContainerArgs,$(FUZZTIME))
 
 clean: ## Remove built binaries and local run state (not the control-plane cache).
 	rm -rf bin test/bin .cache

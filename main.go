@@ -24,7 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	flag "github.com/spf13/pflag"
 
-	"github.com/sar-bridge/sar-bridge/version"
+	"github.com/sar-bridge/sar-bridge/internal/version"
 )
 
 func main() {

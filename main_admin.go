@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/sar-bridge/sar-bridge/admin"
 	"github.com/sar-bridge/sar-bridge/decisionapi"
-	"github.com/sar-bridge/sar-bridge/kube"
+	"github.com/sar-bridge/sar-bridge/internal/admin"
+	"github.com/sar-bridge/sar-bridge/internal/kube"
 )
 
 // Exit code of a command line the admin commands cannot run.

@@ -10,7 +10,7 @@ import (
 
 	flag "github.com/spf13/pflag"
 
-	"github.com/sar-bridge/sar-bridge/mapping"
+	"github.com/sar-bridge/sar-bridge/internal/mapping"
 )
 
 // TestAdminCommandsShareDecisionFlags: the server and both admin commands parse the

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sar-bridge/sar-bridge/admission"
-	"github.com/sar-bridge/sar-bridge/interlink"
+	"github.com/sar-bridge/sar-bridge/internal/admission"
+	"github.com/sar-bridge/sar-bridge/internal/interlink"
 )
 
 // admissionConfig configures the admission webhooks (--admission.*), served on the

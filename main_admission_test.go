@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/sar-bridge/sar-bridge/admission"
+	"github.com/sar-bridge/sar-bridge/internal/admission"
 )
 
 func TestAdmissionFlags(t *testing.T) {

@@ -15,10 +15,10 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sar-bridge/sar-bridge/authn"
-	"github.com/sar-bridge/sar-bridge/authorizer"
-	"github.com/sar-bridge/sar-bridge/kube"
-	"github.com/sar-bridge/sar-bridge/tlsserving"
+	"github.com/sar-bridge/sar-bridge/internal/authn"
+	"github.com/sar-bridge/sar-bridge/internal/authorizer"
+	"github.com/sar-bridge/sar-bridge/internal/kube"
+	"github.com/sar-bridge/sar-bridge/internal/tlsserving"
 )
 
 // authnOptions configure how callers of the public listener are authenticated (--authn.*).

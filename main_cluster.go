@@ -13,7 +13,7 @@ import (
 	flag "github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 
-	"github.com/sar-bridge/sar-bridge/clusterdata"
+	"github.com/sar-bridge/sar-bridge/internal/clusterdata"
 	"github.com/sar-bridge/sar-bridge/policies"
 )
 

@@ -17,11 +17,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/sar-bridge/sar-bridge/admission"
-	"github.com/sar-bridge/sar-bridge/authorizer"
-	"github.com/sar-bridge/sar-bridge/kube"
-	"github.com/sar-bridge/sar-bridge/mapping"
-	"github.com/sar-bridge/sar-bridge/opaplugins"
+	"github.com/sar-bridge/sar-bridge/internal/admission"
+	"github.com/sar-bridge/sar-bridge/internal/authorizer"
+	"github.com/sar-bridge/sar-bridge/internal/kube"
+	"github.com/sar-bridge/sar-bridge/internal/mapping"
+	"github.com/sar-bridge/sar-bridge/internal/opaplugins"
 	"github.com/sar-bridge/sar-bridge/policies"
 )
 

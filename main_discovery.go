@@ -7,8 +7,8 @@ import (
 
 	flag "github.com/spf13/pflag"
 
-	"github.com/sar-bridge/sar-bridge/discovery"
-	"github.com/sar-bridge/sar-bridge/mapping"
+	"github.com/sar-bridge/sar-bridge/internal/discovery"
+	"github.com/sar-bridge/sar-bridge/internal/mapping"
 )
 
 // discoveryOptions are the flags of `sar-bridge discovery`.

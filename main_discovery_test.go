@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sar-bridge/sar-bridge/discovery"
+	"github.com/sar-bridge/sar-bridge/internal/discovery"
 )
 
 func TestDiscoveryCmd(t *testing.T) {

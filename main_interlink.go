@@ -14,7 +14,7 @@ import (
 	flag "github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sar-bridge/sar-bridge/interlink"
+	"github.com/sar-bridge/sar-bridge/internal/interlink"
 )
 
 // interlinkConfig configures the interLink plugin relay (--interlink.*).

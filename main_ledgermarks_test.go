@@ -9,7 +9,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sar-bridge/sar-bridge/tenants"
+	"github.com/sar-bridge/sar-bridge/internal/tenants"
 )
 
 const ledgerMarksName = "sar-bridge-ledger-marks"

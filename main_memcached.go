@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sar-bridge/sar-bridge/authorizer"
-	"github.com/sar-bridge/sar-bridge/cache"
-	"github.com/sar-bridge/sar-bridge/kube"
+	"github.com/sar-bridge/sar-bridge/internal/authorizer"
+	"github.com/sar-bridge/sar-bridge/internal/cache"
+	"github.com/sar-bridge/sar-bridge/internal/kube"
 )
 
 // cacheOptions configure how reviews are cached and shared between replicas, and how

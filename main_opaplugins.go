@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	flag "github.com/spf13/pflag"
 
-	"github.com/sar-bridge/sar-bridge/opaplugins"
+	"github.com/sar-bridge/sar-bridge/internal/opaplugins"
 	"github.com/sar-bridge/sar-bridge/policies"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	flag "github.com/spf13/pflag"
 
-	"github.com/sar-bridge/sar-bridge/helmpostrender"
+	"github.com/sar-bridge/sar-bridge/internal/helmpostrender"
 )
 
 // release is the VERSION file: the tag `make image` gives the image, so the sidecar runs

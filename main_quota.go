@@ -18,12 +18,12 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sar-bridge/sar-bridge/authorizer"
-	"github.com/sar-bridge/sar-bridge/kube"
-	"github.com/sar-bridge/sar-bridge/mapping"
-	"github.com/sar-bridge/sar-bridge/tenants"
-	"github.com/sar-bridge/sar-bridge/tenants/v1alpha1"
-	"github.com/sar-bridge/sar-bridge/virtualpods"
+	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
+	"github.com/sar-bridge/sar-bridge/internal/authorizer"
+	"github.com/sar-bridge/sar-bridge/internal/kube"
+	"github.com/sar-bridge/sar-bridge/internal/mapping"
+	"github.com/sar-bridge/sar-bridge/internal/tenants"
+	"github.com/sar-bridge/sar-bridge/internal/virtualpods"
 )
 
 // quotaOptions configures the tenants' offload quotas (--quota.*): the OffloadTenant

@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
-	"github.com/sar-bridge/sar-bridge/tenants"
+	"github.com/sar-bridge/sar-bridge/internal/tenants"
 )
 
 func TestQuotaFlags(t *testing.T) {

@@ -18,9 +18,9 @@ import (
 	flag "github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sar-bridge/sar-bridge/kube"
-	"github.com/sar-bridge/sar-bridge/server"
-	"github.com/sar-bridge/sar-bridge/version"
+	"github.com/sar-bridge/sar-bridge/internal/kube"
+	"github.com/sar-bridge/sar-bridge/internal/server"
+	"github.com/sar-bridge/sar-bridge/internal/version"
 )
 
 // webOptions configure the public and internal listeners (--web.*).

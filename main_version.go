@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sar-bridge/sar-bridge/version"
+	"github.com/sar-bridge/sar-bridge/internal/version"
 )
 
 // buildInfo is the sar_bridge_build_info gauge: always 1, the build in its labels, so a

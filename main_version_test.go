@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sar-bridge/sar-bridge/version"
+	"github.com/sar-bridge/sar-bridge/internal/version"
 )
 
 // --version wins over every other flag's validation, so it answers even where the rest

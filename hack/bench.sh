@@ -8,12 +8,12 @@ cd "$(dirname "$0")/.."
 count=${COUNT:-5}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-go test -run '^$' -bench '^BenchmarkGetHit$' -benchtime 20000x -count "$count" ./cache/ | tee -a "$out"
-go test -run '^$' -bench '^BenchmarkOpen$' -benchmem -count "$count" ./cache/ | tee -a "$out"
-go test -run '^$' -bench '^(BenchmarkEvalDecision|BenchmarkDecide)$' -benchmem -count "$count" ./policies/ ./authorizer/ | tee -a "$out"
+go test -run '^$' -bench '^BenchmarkGetHit$' -benchtime 20000x -count "$count" ./internal/cache/ | tee -a "$out"
+go test -run '^$' -bench '^BenchmarkOpen$' -benchmem -count "$count" ./internal/cache/ | tee -a "$out"
+go test -run '^$' -bench '^(BenchmarkEvalDecision|BenchmarkDecide)$' -benchmem -count "$count" ./policies/ ./internal/authorizer/ | tee -a "$out"
 # Tenant offload quotas: a decision with a quota and 10,000 pods on virtual nodes beside
-# one without, and the tracker's own share (quota/).
-go test -run '^$' -bench '^(BenchmarkDecideQuota|BenchmarkHold)$' -benchmem -benchtime 2000x -count "$count" ./authorizer/ ./quota/ | tee -a "$out"
+# one without, and the ledger's own share.
+go test -run '^$' -bench '^(BenchmarkDecideQuota|BenchmarkHold)$' -benchmem -benchtime 2000x -count "$count" ./internal/authorizer/ | tee -a "$out"
 # The default policy against its pre-rewrite copy (policies/testdata/authz_baseline.rego)
 # and a trivial policy, all prepared queries on the input the bridge builds, with the
 # garbage collector set as the server sets it (main.go: GOGC=400 unless GOGC is given);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails when what `make generate` commits is not what controller-gen generates from
-# tenants/v1alpha1's types now: the deepcopy code, the OffloadTenant CRD in manifests/crds/
+# apis/v1alpha1's types now: the deepcopy code, the OffloadTenant CRD in manifests/crds/
 # (and listed in its kustomization) and its copy in the chart's crds/. controller-gen runs
 # into a temporary directory, so nothing in the tree changes.
 #
@@ -18,8 +18,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 "$go" run "sigs.k8s.io/controller-tools/cmd/controller-gen@$version" \
-  object paths=./tenants/v1alpha1/... output:object:dir="$tmp/object" \
-  crd:crdVersions=v1 output:crd:dir="$tmp/crd" paths=./tenants/v1alpha1/...
+  object paths=./apis/v1alpha1/... output:object:dir="$tmp/object" \
+  crd:crdVersions=v1 output:crd:dir="$tmp/crd" paths=./apis/v1alpha1/...
 
 status=0
 stale() {
@@ -28,8 +28,8 @@ stale() {
 }
 
 # -N: a file one side lacks shows as wholly added or removed.
-diff -u -N tenants/v1alpha1/zz_generated.deepcopy.go "$tmp/object/zz_generated.deepcopy.go" ||
-  stale "tenants/v1alpha1/zz_generated.deepcopy.go is not what controller-gen $version generates"
+diff -u -N apis/v1alpha1/zz_generated.deepcopy.go "$tmp/object/zz_generated.deepcopy.go" ||
+  stale "apis/v1alpha1/zz_generated.deepcopy.go is not what controller-gen $version generates"
 for generated in "$tmp"/crd/*.yaml; do
   name=$(basename "$generated")
   for committed in "manifests/crds/$name" "charts/sar-bridge/crds/$name"; do

@@ -8,9 +8,9 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/sar-bridge/sar-bridge/astjson"
-	"github.com/sar-bridge/sar-bridge/scriptbound"
-	"github.com/sar-bridge/sar-bridge/slurmjob"
+	"github.com/sar-bridge/sar-bridge/internal/astjson"
+	"github.com/sar-bridge/sar-bridge/internal/scriptbound"
+	"github.com/sar-bridge/sar-bridge/internal/slurmjob"
 )
 
 // sar-bridge's input.hpc is what interLink's plugins would make of a pod on the HPC

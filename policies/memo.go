@@ -10,8 +10,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/utils/lru"
 
-	"github.com/sar-bridge/sar-bridge/astjson"
-	"github.com/sar-bridge/sar-bridge/sizedlru"
+	"github.com/sar-bridge/sar-bridge/internal/astjson"
+	"github.com/sar-bridge/sar-bridge/internal/sizedlru"
 )
 
 // memoSize bounds the keys one Evaluator (one policy load) remembers without a result

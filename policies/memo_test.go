@@ -10,7 +10,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
-	"github.com/sar-bridge/sar-bridge/astjson"
+	"github.com/sar-bridge/sar-bridge/internal/astjson"
 )
 
 func memoEvaluator(t *testing.T, module string) *Evaluator {

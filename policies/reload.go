@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sar-bridge/sar-bridge/decisionapi"
-	"github.com/sar-bridge/sar-bridge/hotreload"
+	"github.com/sar-bridge/sar-bridge/internal/hotreload"
 )
 
 // DefaultReloadInterval is how often a Reloader checks its files when

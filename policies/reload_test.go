@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sar-bridge/sar-bridge/hotreload/hotreloadtest"
+	"github.com/sar-bridge/sar-bridge/internal/hotreload/hotreloadtest"
 )
 
 // replaceFile writes content to dir/name through a rename, as editors and

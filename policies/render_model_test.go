@@ -10,8 +10,8 @@ import (
 
 	"mvdan.cc/sh/v3/syntax"
 
-	"github.com/sar-bridge/sar-bridge/scriptbound"
-	"github.com/sar-bridge/sar-bridge/slurmjob"
+	"github.com/sar-bridge/sar-bridge/internal/scriptbound"
+	"github.com/sar-bridge/sar-bridge/internal/slurmjob"
 )
 
 // A model of what interLink's SLURM and HTCondor plugins write into the shell scripts

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sar-bridge/sar-bridge/scriptbound"
-	"github.com/sar-bridge/sar-bridge/slurmjob"
+	"github.com/sar-bridge/sar-bridge/internal/scriptbound"
+	"github.com/sar-bridge/sar-bridge/internal/slurmjob"
 )
 
 // The render property test: the default policy lets no pod string reach a shell on the

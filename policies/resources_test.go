@@ -5,7 +5,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
-	"github.com/sar-bridge/sar-bridge/astjson"
+	"github.com/sar-bridge/sar-bridge/internal/astjson"
 )
 
 // TestPodResources: amounts parsed as units.parse does, largest per resource the limit

@@ -3,7 +3,7 @@ package policies
 import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
-	"github.com/sar-bridge/sar-bridge/astjson"
+	"github.com/sar-bridge/sar-bridge/internal/astjson"
 )
 
 // sar-bridge's input.tolerations gives policies a pod's tolerations as Kubernetes

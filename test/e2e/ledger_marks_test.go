@@ -24,7 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/sar-bridge/sar-bridge/tenants"
+	"github.com/sar-bridge/sar-bridge/internal/tenants"
 	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
 

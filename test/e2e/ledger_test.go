@@ -40,7 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sar-bridge/sar-bridge/tenants/v1alpha1"
+	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
 	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
 

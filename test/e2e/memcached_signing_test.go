@@ -19,8 +19,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/sar-bridge/sar-bridge/authorizer"
-	"github.com/sar-bridge/sar-bridge/cache"
+	"github.com/sar-bridge/sar-bridge/internal/authorizer"
+	"github.com/sar-bridge/sar-bridge/internal/cache"
 	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
 

@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sar-bridge/sar-bridge/tenants"
-	"github.com/sar-bridge/sar-bridge/tenants/v1alpha1"
-	"github.com/sar-bridge/sar-bridge/virtualpods"
+	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
+	"github.com/sar-bridge/sar-bridge/internal/tenants"
+	"github.com/sar-bridge/sar-bridge/internal/virtualpods"
 )
 
 const (

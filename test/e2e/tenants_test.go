@@ -25,7 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/sar-bridge/sar-bridge/tenants/v1alpha1"
+	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
 	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
 
