@@ -16,7 +16,7 @@ go test -run '^$' -bench '^(BenchmarkEvalDecision|BenchmarkDecide)$' -benchmem -
 go test -run '^$' -bench '^(BenchmarkDecideQuota|BenchmarkHold)$' -benchmem -benchtime 2000x -count "$count" ./internal/authorizer/ | tee -a "$out"
 # The default policy against its pre-rewrite copy (policies/testdata/authz_baseline.rego)
 # and a trivial policy, all prepared queries on the input the bridge builds, with the
-# garbage collector set as the server sets it (main.go: GOGC=400 unless GOGC is given);
+# garbage collector set as the server sets it (internal/app/serve_cmd.go: GOGC=400 unless GOGC is given);
 # every case of the run shares the setting. POLICY_GOGC=100 gives Go's default. The counts
 # go round the cases (each run measures every case once) rather than repeating one case
 # back to back: the machine's speed drifts, and each case's fastest is then drawn from the
