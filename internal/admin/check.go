@@ -43,15 +43,15 @@ type Outcome struct {
 	Namespace  string
 	Name       string
 	DecisionID string
-	Result     map[string]any
-	Err        error
+	// Verdict is the answer as the relay and the webhooks read it; Result the whole
+	// document, as the server answers it (-o json prints it, the text its review).
+	Verdict decisionapi.Verdict
+	Result  map[string]any
+	Err     error
 }
 
-// Allowed reads result.allowed; anything but true is not an allow.
-func (o Outcome) Allowed() bool {
-	allowed, _ := o.Result["allowed"].(bool)
-	return o.Err == nil && allowed
-}
+// Allowed is the verdict's allowed; an error is not an allow.
+func (o Outcome) Allowed() bool { return o.Err == nil && o.Verdict.Allowed }
 
 // Input is the Data API input the server would receive for p.
 func Input(p Pod, opts CheckOptions) (json.RawMessage, error) {
@@ -84,7 +84,8 @@ func checkOne(ctx context.Context, d Decider, p Pod, opts CheckOptions) Outcome 
 		o.Err = err
 		return o
 	}
-	if _, err := authorizer.ReadVerdict(decision); err != nil {
+	v, err := authorizer.ReadVerdict(decision)
+	if err != nil {
 		// A policy override that answers something else is not an allow.
 		o.Err = fmt.Errorf("data.%s: %w (got %v)", strings.Join(DecisionPath, "."), err, decision.Result)
 		return o
@@ -95,6 +96,7 @@ func checkOne(ctx context.Context, d Decider, p Pod, opts CheckOptions) Outcome 
 		o.Err = fmt.Errorf("data.%s: the answer is not a JSON object: %v", strings.Join(DecisionPath, "."), err)
 		return o
 	}
+	o.Verdict = v
 	o.Result = result
 	return o
 }
@@ -140,7 +142,7 @@ func printOutcome(w io.Writer, o Outcome) error {
 	if o.Allowed() {
 		word = "allowed"
 	}
-	reason, _ := o.Result["reason"].(string)
+	reason := o.Verdict.Reason
 	modifications, err := json.Marshal(o.Result["modifications"])
 	if err != nil {
 		return fmt.Errorf("encoding the modifications of %s: %w", o.Source, err)
