@@ -30,8 +30,8 @@ import (
 //
 // Field manager names are chosen by the writer (and managedFields may even be written
 // outright), so this trusts every identity that may create, update or patch pods in the
-// namespace not to write under the VK's names; only admission sees who writes. README,
-// "Use with interLink", says what each layout guarantees.
+// namespace not to write under the VK's names; only admission sees who writes.
+// docs/install/README.md, "interLink's mesh networking", says what each layout guarantees.
 
 // vkAnnotations are the annotations the Virtual Kubelet writes for interLink's networking.
 var vkAnnotations = []string{policies.PreExecAnnotation, policies.WstunnelCommandsAnnotation}

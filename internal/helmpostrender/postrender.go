@@ -398,7 +398,7 @@ func pluginURL(docs []document, spec, il map[string]any) (string, error) {
 // election's Role in leaseNS bound to the same. The Role goes where the Lease is, not in
 // the pod's namespace: the sidecars of every virtual node and the standalone replicas
 // elect one reconciler, so they share one Lease. leaseNS must exist when Helm installs
-// the rendering (manifests/base creates sar-bridge; the README installs the chart there).
+// the rendering (manifests/base creates sar-bridge; docs/install/standalone.md installs the chart there).
 func rbacDocs(dep, spec map[string]any, leaseNS string) ([]document, error) {
 	meta, _ := dep["metadata"].(map[string]any)
 	ns, _ := meta["namespace"].(string)
