@@ -27,9 +27,13 @@
 #     the pod: its amounts parsed (input.resources: a regex.match and a
 #     units.parse per amount were most of a decision's cost) and its
 #     tolerations by key (input.tolerations: three passes over the
-#     tolerations were a quarter of what was left). Its cost is the number
-#     of expressions it evaluates, a built-in call costing two or three
-#     lookups, so every check is a lookup or a comparison.
+#     tolerations were a quarter of what was left), and what the plugins
+#     would make of it (input.hpc: options, paths, ids read in Go, so that a
+#     pod with sbatch flags, mounts or uids is proved here too). Its cost is
+#     the number of expressions it evaluates, a built-in call costing two or
+#     three lookups, so every check is a lookup or a comparison; the checks
+#     only pods that set more than sbatch options need are in
+#     _fast_hpc_proved, called for those alone.
 #   - The general rules read input through references
 #     (`input.pod.spec.containers`), never hand it to a function (a call
 #     plugs and hashes its arguments); the few helpers left build messages
@@ -114,31 +118,54 @@ decision := {
 	[v | v := input.pod.spec.nodeSelector[label]; v != tenant] == []
 	not input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
 
-	# Rules 6 and 9 (interlink.rego, hpc.rego): a pod that sets nothing the
-	# HPC side reads (input.hpc.inert: no restricted or HPC annotation, no
-	# uid or gid, no host path, only plain words where the plugins write
-	# them unquoted), or nothing but sbatch options that could be read
-	# (sbatch_only), each listed for the tenant with a listed value where it
-	# needs one; of a tenant whose settings are readable (hpc_defaults: false
-	# otherwise). Rule 7 (quota.rego): a tenant without a quota (with one,
-	# the general rules decide). Profiles exist only where nothing else of
-	# rules 6 and 7 applies.
+	# Rules 6 and 9 (interlink.rego, hpc.rego), proved silent on what
+	# sar-bridge derives from the pod in Go (input.hpc). Most pods set
+	# nothing the HPC side reads (inert) or only sbatch options that could be
+	# read (sbatch_only); of the rules, only the ones on sbatch options, GPUs
+	# and the node's plugin's findings can then apply, and are checked here.
+	# Any other pod (a flavor, mounts, uids, restricted annotations...) is
+	# checked by _fast_hpc_proved. Of a tenant whose settings are readable
+	# (hpc_defaults: false otherwise).
 	hpc := object.get(fast.hpc_defaults, tenant, fast.hpc_defaults["*"])
 	is_object(hpc)
 	hpc_input := input.hpc
-	[1 | hpc_input.inert != true; hpc_input.sbatch_only != true] == []
-	[1 | hpc_input.gpus > 0; not hpc.gpu_auto] == []
+	is_object(hpc_input.script_bound)
 
-	# Only the node's plugin's findings count; most pods have none, and then the
-	# node's plugin is never looked up.
-	bound := hpc_input.bound_plugins
-	is_array(bound)
-	[1 | some p in bound; p in _hpc_plugins] == []
+	# Each option one of the tenant's, or, for a subject restricted_annotations
+	# grants the flags, any option but those of fast.unfree_options (--uid,
+	# --gid, and the ones of _hpc_value_lists, which need a listed value).
 	[1 |
+		not profile.restricted["slurm-job.vk.io/flags"]
 		some name, value in hpc_input.sbatch.options
 		not hpc.options[name]
 		not hpc.values[name][value]
 	] == []
+	[1 |
+		profile.restricted["slurm-job.vk.io/flags"]
+		some name, value in hpc_input.sbatch.options
+		fast.unfree_options[name]
+		not hpc.values[name][value]
+	] == []
+
+	# GPUs without a flavor only where the plugin's own choice is the
+	# tenant's (gpu_auto).
+	[1 | hpc_input.gpus > 0; not input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.gpu_auto] == []
+
+	# Only the node's plugin's findings count; most pods have none, and then
+	# the node's plugin is never looked up (a tenant's open_fields are left
+	# to the general rules).
+	bound := hpc_input.bound_plugins
+	is_array(bound)
+	[1 | some p in bound; p in _hpc_plugins] == []
+	[1 |
+		not hpc_input.inert == true
+		not hpc_input.sbatch_only == true
+		not _fast_hpc_proved(profile.restricted, hpc)
+	] == []
+
+	# Rule 7 (quota.rego): a tenant without a quota (with one, the general
+	# rules decide). Profiles exist only where nothing else of rules 6 and 7
+	# applies (an unknown restricted key, image registries, data quotas).
 	not input.quota.request
 
 	# Rule 8: the site's extension packages, evaluated rather than proved
@@ -147,7 +174,7 @@ decision := {
 	[1 | some name; _ = data.interlink.site[name].violations[_]] == []
 
 	# Rule 5, as _pod_annotations, _resource_limits and _hpc_run_as_user.
-	annotations := object.union(
+	pod_annotations := object.union(
 		object.union(
 			{"interlink.io/billing-project": p |
 				p := input.namespace.labels["interlink.io/billing-project"]
@@ -165,12 +192,62 @@ decision := {
 		d := fast.default_limits
 		some name in unlimited
 	}
-	modifications := object.union({"pod_annotations": annotations, "resource_limits": defaults}, hpc.modifications)
+	run_as_user := {k: v |
+		some k, v in hpc.modifications
+		not input.pod.spec.securityContext.runAsUser
+	}
+	modifications := object.union({"pod_annotations": pod_annotations, "resource_limits": defaults}, run_as_user)
 } else := {
 	"allowed": allow,
 	"reason": reason,
 	"modifications": modifications,
 	"review": _review_doc,
+}
+
+# The rest of rules 6 and 9 on the fast path, for a pod that sets more than
+# sbatch options: each check proves that a rule of hpc.rego or interlink.rego
+# finds nothing (the rule named), or fails and leaves the decision to them.
+# restricted is the subject's profile's (the restricted annotations it may
+# use), hpc the tenant's fast.hpc_defaults entry.
+_fast_hpc_proved(restricted, hpc) if {
+	hpc_input := input.hpc
+
+	# Flags that could be read (_hpc_flags_unreadable).
+	[1 | is_string(hpc_input.sbatch.error)] == []
+
+	# A flavor of the tenant's.
+	[1 | v := input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.flavors[v]] == []
+
+	# Container-runtime options readable and of the tenant's lists; host
+	# paths and image roots under its prefixes; uids and gids in its ranges,
+	# by hpc.rego's own tests.
+	[1 | some _, args in hpc_input.runtime; is_string(args.error)] == []
+	[1 | some key, args in hpc_input.runtime; some option in args.options; not hpc.runtime[key][option]] == []
+	[1 | some hp in hpc_input.host_paths; not _hpc_under(hp.path, "mount_prefixes")] == []
+	[1 | v := input.pod.metadata.annotations["slurm-job.vk.io/image-root"]; not _hpc_under(v, "image_roots")] == []
+	[1 | v := input.pod.metadata.annotations["htcondor-job.knoc.io/image-root"]; not _hpc_under(v, "image_roots")] == []
+	[1 | some id in hpc_input.ids; not _hpc_id_allowed(id)] == []
+
+	# Nothing Go refused (words), no HTCondor host mode unless allowed.
+	[1 | some _ in hpc_input.words] == []
+	[1 | hpc_input.host_mode == true; not hpc.htcondor_host_mode; "htcondor" in _hpc_plugins] == []
+
+	# interlink.rego's shell annotations: only where restricted_annotations
+	# grants them to the subject, or pod-ip is an address, or the Virtual
+	# Kubelet wrote wstunnel-client-commands (its mesh pre-exec is left to
+	# the general rules).
+	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/pre-exec"]; not restricted["slurm-job.vk.io/pre-exec"]] == []
+	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/mpi-flags"]; not restricted["slurm-job.vk.io/mpi-flags"]] == []
+	[1 |
+		_ = input.pod.metadata.annotations["interlink.eu/wstunnel-client-commands"]
+		not restricted["interlink.eu/wstunnel-client-commands"]
+		not hpc_input.writers["interlink.eu/wstunnel-client-commands"] == "vk"
+	] == []
+	[1 |
+		_ = input.pod.metadata.annotations["interlink.eu/pod-ip"]
+		not hpc_input.pod_ip.valid == true
+		not restricted["interlink.eu/pod-ip"]
+	] == []
 }
 
 # Review reason first (it is the root cause when the SAR refused), then the
@@ -221,13 +298,15 @@ _precompute := object.union(_pre_general, {"fast": object.union(
 		"protected_keys": _pre_general.protected_keys,
 		"keyless_exists_limit": _pre_keyless_exists_limit,
 		"hpc_defaults": _pre_hpc_defaults,
+		"unfree_options": {name: true | some name in (_hpc_never | {n | some n, _ in _hpc_value_lists})},
 	},
 	{"default_limits": d | d := _pre_general.default_limits},
 )})
 
-# The tenants' HPC defaults for an inert pod (hpc.rego's modifications), by
-# tenant and "*"; false for a tenant whose settings have errors (its pods take
-# the general rules, which refuse them).
+# The tenants' HPC settings as the fast path reads them (the lists of hpc.rego's
+# rules, its defaults as modifications), by tenant and "*"; false for a tenant
+# whose settings have errors (its pods take the general rules, which refuse
+# them).
 _pre_hpc_defaults := object.union(
 	{name: _pre_hpc_default(settings) | some name, settings in data.interlink.hpc_settings._precompute.tenants},
 	{name: false |
@@ -253,17 +332,26 @@ _pre_hpc_default(settings) := object.union(
 		},
 		"values": {name: settings[list] | some name, list in _hpc_value_lists},
 		"gpu_auto": settings.gpu_auto,
+		"flavors": settings.flavors,
+		"runtime": {key: settings[_hpc_runtime_list(key)] | some key in _hpc_runtime_annotations},
+		"htcondor_host_mode": settings.htcondor_host_mode,
 	},
 	{"account": a | a := settings.account; is_string(a)},
 )
 
 # Every group and user data names: caps and protected taints. A subject's
 # profile depends on these alone.
-_pre_named_groups := {g |
+_pre_named_groups := ({g |
 	some [g, _, _, _] in _pre_caps
 } | {g |
 	some p in _pre_general.protected[_][_]
 	some g, _ in p.groups
+}) | {g |
+	some key in _restricted_annotation_keys
+	gs := data.interlink.restricted_annotations[key].groups
+	is_array(gs)
+	some g in gs
+	is_string(g)
 }
 
 # How many keyless Exists tolerations (which tolerate every taint) a pod may
@@ -275,6 +363,13 @@ _pre_keyless_exists_limit := 0 if {
 _pre_named_users := {u |
 	some p in _pre_general.protected[_][_]
 	some u, _ in p.users
+} | {u |
+	some key in _restricted_annotation_keys
+	us := data.interlink.restricted_annotations[key].users
+	is_array(us)
+	some u in us
+	is_string(u)
+	u != ""
 }
 
 # The profiles of subjects: {user key: {subset key: profile}}, by "*" for a
@@ -314,6 +409,10 @@ _pre_profile_key(sub) := concat("", {_pre_group_codes[g] | some g, _ in sub})
 _pre_profile(user, sub) := {
 	"cpu": _pre_profile_cap(sub, "cpu"),
 	"memory": _pre_profile_cap(sub, "memory"),
+	"restricted": {key: true |
+		some key in _restricted_annotation_keys
+		_pre_restricted_allows(key, user, sub)
+	},
 	"denied_tolerations": {key: denied |
 		some key, values in _pre_general.protected
 		denied := {value: true |
@@ -329,6 +428,22 @@ _pre_profile_cap(sub, res) := vs[0] if {
 	vs := [c.value | some c in _pre_general.caps[res]; sub[c.group]]
 	count(vs) > 0
 } else := "none"
+
+# The subject may use restricted annotation key (interlink.rego's
+# _restricted_allowed); a user "*" (null) is named by no list.
+_pre_restricted_allows(key, user, _) if {
+	is_string(user)
+	us := data.interlink.restricted_annotations[key].users
+	is_array(us)
+	user in us
+}
+
+_pre_restricted_allows(key, _, sub) if {
+	gs := data.interlink.restricted_annotations[key].groups
+	is_array(gs)
+	some g in gs
+	sub[g]
+}
 
 _pre_entry_allows(e, user, _) if e.users[user]
 

@@ -9,8 +9,11 @@ package interlink.authz
 # hpc_settings.rego). Shell outside the container (pre-exec, mpi-flags,
 # wstunnel-client-commands, pod-ip) is rule 6 (interlink.rego).
 #
-# authz.rego's fast path takes only pods whose input.hpc is inert (none of this
-# is set): a rule that can fire for an inert pod must be proved silent there.
+# authz.rego's fast path proves every rule here silent (in its body for a pod that
+# sets nothing of this or only sbatch options, in _fast_hpc_proved for any other) or
+# leaves the decision to the general rules: a rule added here needs its proof there,
+# and a sample under policies/rules/hpc/samples that it refuses (TestSamples decides
+# each sample with the fast path's tables and without, and fails where they differ).
 
 _hpc_table := data.interlink.hpc_settings.table
 
@@ -93,6 +96,14 @@ _hpc_violations contains msg if {
 	msg := sprintf("option %s in annotation %q is not allowed for tenant %q: allowed %s (data.interlink.hpc.tenants)", [option, key, _hpc_tenant, _hpc_allowed(list)])
 }
 
+# The container-runtime annotations input.hpc.runtime may have (runtimeAnnotations in
+# policies/hpc.go); the fast path knows no other.
+_hpc_runtime_annotations := {
+	"slurm-job.vk.io/singularity-mounts", "slurm-job.vk.io/singularity-options",
+	"slurm-job.vk.io/enroot-mounts", "slurm-job.vk.io/enroot-options",
+	"htcondor-job.vk.io/singularity-options",
+}
+
 _hpc_runtime_list(key) := "enroot_options" if startswith(key, "slurm-job.vk.io/enroot-")
 
 else := "singularity_options"
@@ -153,6 +164,14 @@ _hpc_violations contains msg if {
 	ranges := _hpc[concat("", [id.kind, "_ranges"])]
 	not _hpc_in_ranges(id.value, ranges)
 	msg := sprintf("%s %v is outside tenant %q's %s ranges %s (data.interlink.hpc.tenants)", [id.field, id.value, _hpc_tenant, id.kind, _hpc_ranges_text(ranges)])
+}
+
+# An id neither rule above refuses (the fast path's test, authz.rego).
+_hpc_id_allowed(id) if _hpc_root_allowed(id)
+
+_hpc_id_allowed(id) if {
+	id.value != 0
+	_hpc_in_ranges(id.value, _hpc[concat("", [id.kind, "_ranges"])])
 }
 
 _hpc_root_allowed(id) if {

@@ -114,7 +114,10 @@ _configured_names(key, kind) := [n | ns := data.interlink.restricted_annotations
 
 # The keys restricted above; authz.rego's fast path and _precompute read this
 # file's documents (_restricted_annotation_keys, _unknown_restricted_keys) so
-# that what it proves is what these rules check.
+# that what it proves is what these rules check: each subject profile lists the
+# keys restricted_annotations grants it (_pre_restricted_allows, as
+# _restricted_allowed), and _fast_hpc_proved checks the annotations above
+# against it.
 _restricted_annotation_keys := {
 	"slurm-job.vk.io/flags", "slurm-job.vk.io/pre-exec", "slurm-job.vk.io/mpi-flags",
 	"interlink.eu/wstunnel-client-commands", "interlink.eu/pod-ip",
