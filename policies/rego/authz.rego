@@ -219,14 +219,27 @@ _fast_hpc_proved(restricted, hpc) if {
 	[1 | v := input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.flavors[v]] == []
 
 	# Container-runtime options readable and of the tenant's lists; host
-	# paths and image roots under its prefixes; uids and gids in its ranges,
-	# by hpc.rego's own tests.
+	# paths and image roots under its prefixes (as _hpc_under: p and "/"
+	# starts with a prefix as a directory); uids and gids in its ranges, 0
+	# only where allow_root.
 	[1 | some _, args in hpc_input.runtime; is_string(args.error)] == []
 	[1 | some key, args in hpc_input.runtime; some option in args.options; not hpc.runtime[key][option]] == []
-	[1 | some hp in hpc_input.host_paths; not _hpc_under(hp.path, "mount_prefixes")] == []
-	[1 | v := input.pod.metadata.annotations["slurm-job.vk.io/image-root"]; not _hpc_under(v, "image_roots")] == []
-	[1 | v := input.pod.metadata.annotations["htcondor-job.knoc.io/image-root"]; not _hpc_under(v, "image_roots")] == []
-	[1 | some id in hpc_input.ids; not _hpc_id_allowed(id)] == []
+	[1 |
+		some hp in hpc_input.host_paths
+		p := concat("", [hp.path, "/"])
+		[1 | some d, _ in hpc.mount_dirs; startswith(p, d)] == []
+	] == []
+	[1 |
+		some key in ["slurm-job.vk.io/image-root", "htcondor-job.knoc.io/image-root"]
+		v := input.pod.metadata.annotations[key]
+		[1 | p := concat("", [v, "/"]); some d, _ in hpc.image_dirs; startswith(p, d)] == []
+	] == []
+	[1 | some id in hpc_input.ids; id.value == 0; not hpc.allow_root] == []
+	[1 |
+		some id in hpc_input.ids
+		id.value != 0
+		[1 | some [lo, hi] in hpc.id_ranges[id.kind]; lo <= id.value; id.value <= hi] == []
+	] == []
 
 	# Nothing Go refused (words), no HTCondor host mode unless allowed.
 	[1 | some _ in hpc_input.words] == []
@@ -315,6 +328,12 @@ _pre_hpc_defaults := object.union(
 	},
 )
 
+# A prefix as a directory, ending in "/": a path p is under it (_hpc_path_under)
+# when p and "/" starts with it.
+_pre_dir("/") := "/"
+
+_pre_dir(p) := concat("", [p, "/"]) if p != "/"
+
 _pre_hpc_failed(name) if data.interlink.hpc_settings._precompute.errors[name]
 
 _pre_hpc_failed(name) if {
@@ -335,6 +354,10 @@ _pre_hpc_default(settings) := object.union(
 		"flavors": settings.flavors,
 		"runtime": {key: settings[_hpc_runtime_list(key)] | some key in _hpc_runtime_annotations},
 		"htcondor_host_mode": settings.htcondor_host_mode,
+		"mount_dirs": {_pre_dir(p): true | some p, _ in settings.mount_prefixes},
+		"image_dirs": {_pre_dir(p): true | some p, _ in settings.image_roots},
+		"id_ranges": {"uid": settings.uid_ranges, "gid": settings.gid_ranges},
+		"allow_root": settings.allow_root,
 	},
 	{"account": a | a := settings.account; is_string(a)},
 )

@@ -830,7 +830,10 @@ test_precompute_hpc_defaults if {
 		"slurm-job.vk.io/enroot-mounts": {}, "slurm-job.vk.io/enroot-options": {},
 		"htcondor-job.vk.io/singularity-options": {},
 	}
-	closed := {"gpu_auto": false, "flavors": {}, "runtime": no_runtime, "htcondor_host_mode": false}
+	closed := {
+		"gpu_auto": false, "flavors": {}, "runtime": no_runtime, "htcondor_host_mode": false,
+		"mount_dirs": {}, "image_dirs": {}, "id_ranges": {"uid": [], "gid": []}, "allow_root": false,
+	}
 	pre.fast.hpc_defaults == {
 		"*": object.union(closed, {"modifications": {"run_as_user": 20000}, "options": {"--time": true}, "values": no_values}),
 		"team-x": object.union(closed, {
@@ -840,6 +843,11 @@ test_precompute_hpc_defaults if {
 		"bad": false,
 	}
 	pre.fast.unfree_options == {"--uid": true, "--gid": true, "--account": true, "--partition": true, "--qos": true, "--reservation": true}
+	dirs := authz._precompute with data.interlink.hpc.tenants as {"*": {"mount_prefixes": ["/", "/scratch/a"], "image_roots": ["/cvmfs"], "uid_ranges": [[1, 2]], "allow_root": true}}
+	dirs.fast.hpc_defaults["*"].mount_dirs == {"/": true, "/scratch/a/": true}
+	dirs.fast.hpc_defaults["*"].image_dirs == {"/cvmfs/": true}
+	dirs.fast.hpc_defaults["*"].id_ranges == {"uid": [[1, 2]], "gid": []}
+	dirs.fast.hpc_defaults["*"].allow_root == true
 	broken := authz._precompute with data.interlink.hpc.tenants as {"*": {"mount_prefixes": ["scratch"]}, "team-x": {}}
 	broken.fast.hpc_defaults == {"*": false, "team-x": false}
 }

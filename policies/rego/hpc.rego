@@ -166,14 +166,6 @@ _hpc_violations contains msg if {
 	msg := sprintf("%s %v is outside tenant %q's %s ranges %s (data.interlink.hpc.tenants)", [id.field, id.value, _hpc_tenant, id.kind, _hpc_ranges_text(ranges)])
 }
 
-# An id neither rule above refuses (the fast path's test, authz.rego).
-_hpc_id_allowed(id) if _hpc_root_allowed(id)
-
-_hpc_id_allowed(id) if {
-	id.value != 0
-	_hpc_in_ranges(id.value, _hpc[concat("", [id.kind, "_ranges"])])
-}
-
 _hpc_root_allowed(id) if {
 	id.value == 0
 	_hpc.allow_root
