@@ -16,8 +16,17 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
 
-// Samples (issue 40): each built-in rule has, under rules/<name>/samples, inputs with the
-// answers expected of them. A sample is a JSON object:
+// Rules by name (issue 40): each built-in rule has a directory rules/<name> with
+// rule.json, which names its documents in package interlink.authz and declares its fast
+// check:
+//
+//	{"violations": "_caps_violations",  the rule's own messages ("" for none)
+//	 "annotations": "...",              optional: its own pod annotations
+//	 "fast_check": "...",               where decision's fast path proves it silent
+//	 "fast_path": true}                 whether its allowed samples take the fast path
+//
+// and, under samples, inputs with the answers expected of them. A sample is a JSON
+// object:
 //
 //	{"description": "...",
 //	 "data_patch": {...},   JSON merge patch (RFC 7386) over rules/samples/base_data.json
@@ -26,14 +35,49 @@ import (
 //	                        input.pod as the bridge derives them
 //	 "want": {"allowed": bool,
 //	          "violations": [message, ...],  the rule's own messages, sorted
+//	          "annotations": {...},          optional: the rule's own pod annotations
 //	          "modifications": {...}}}       optional: the decision's modifications
 //
 // TestSamples decides every sample three ways: the rule alone (its violations
 // document), the decision with the precomputed tables (the fast path's, as sar-bridge
 // loads the policy) and the decision without them (as the opa CLI or an OPA server
 // evaluates it). The two decisions must be identical, and every allowed sample must
-// take the fast path.
+// take the fast path (unless rule.json says the rule has none): a rule added without its
+// fast check lets the fast path allow what the rule refuses, so its refused samples
+// decide differently with the tables and without.
 const samplesDir = "rules"
+
+// ruleDecl is a rule directory's rule.json.
+type ruleDecl struct {
+	Violations  string `json:"violations"`
+	Annotations string `json:"annotations"`
+	FastCheck   string `json:"fast_check"`
+	FastPath    bool   `json:"fast_path"`
+}
+
+// loadRules reads the rule.json of every rule directory, by name.
+func loadRules(t testing.TB) map[string]ruleDecl {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(samplesDir, "*", "rule.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]ruleDecl{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r ruleDecl
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out[filepath.Base(filepath.Dir(f))] = r
+	}
+	return out
+}
 
 type sample struct {
 	file        string
@@ -44,14 +88,9 @@ type sample struct {
 	Want        struct {
 		Allowed       bool           `json:"allowed"`
 		Violations    []string       `json:"violations"`
+		Annotations   map[string]any `json:"annotations"`
 		Modifications map[string]any `json:"modifications"`
 	} `json:"want"`
-}
-
-// ruleViolations names, per rule directory, the document holding the rule's own
-// messages.
-var ruleViolations = map[string]string{
-	"hpc": "_hpc_violations",
 }
 
 // loadSamples reads every sample of every rule directory.
@@ -208,6 +247,7 @@ func (w *threeWays) fastPathTaken(t testing.TB, in any) bool {
 // path; every allowed one must.
 func TestSamples(t *testing.T) {
 	samples := loadSamples(t)
+	rules := loadRules(t)
 	for source, newEv := range evaluatorSources {
 		t.Run(source, func(t *testing.T) {
 			ways := map[string]*threeWays{}
@@ -223,16 +263,26 @@ func TestSamples(t *testing.T) {
 				name := strings.TrimPrefix(s.file, samplesDir+"/")
 
 				// 1. The rule alone.
-				doc, ok := ruleViolations[s.rule]
+				rule, ok := rules[s.rule]
 				if !ok {
-					t.Fatalf("%s: rule directory %q names no violations document (ruleViolations)", name, s.rule)
+					t.Fatalf("%s: rule directory %q has no rule.json", name, s.rule)
 				}
-				got := toStrings(w.eval(t, "[m | some m in data.interlink.authz."+doc+"]", true, in))
+				got := []string{}
+				if rule.Violations != "" {
+					got = toStrings(w.eval(t, "[m | some m in data.interlink.authz."+rule.Violations+"]", true, in))
+				}
 				want := append([]string{}, s.Want.Violations...)
 				sort.Strings(got)
 				sort.Strings(want)
 				if !reflect.DeepEqual(got, want) {
 					t.Errorf("%s: %s: the rule's violations\n got %q\nwant %q", name, s.Description, got, want)
+				}
+				if s.Want.Annotations != nil {
+					ga, _ := json.Marshal(w.eval(t, "data.interlink.authz."+rule.Annotations, true, in))
+					wa, _ := json.Marshal(s.Want.Annotations)
+					if rule.Annotations == "" || string(ga) != string(wa) {
+						t.Errorf("%s: %s: the rule's annotations (%q)\n got %s\nwant %s", name, s.Description, rule.Annotations, ga, wa)
+					}
 				}
 
 				// 2 and 3. The decision with the precomputed tables and without.
@@ -258,13 +308,17 @@ func TestSamples(t *testing.T) {
 					continue
 				}
 				allowed++
-				if w.fastPathTaken(t, in) {
+				switch taken := w.fastPathTaken(t, in); {
+				case taken:
 					fast++
-				} else {
+					if !rule.FastPath {
+						t.Errorf("%s: %s: took the fast path, which rule.json says the rule has none of", name, s.Description)
+					}
+				case rule.FastPath:
 					t.Errorf("%s: %s: allowed by the general rules, not by the fast path", name, s.Description)
 				}
 			}
-			t.Logf("%d samples, %d allowed, %d of them by the fast path", len(samples), allowed, fast)
+			t.Logf("%d samples of %d rules, %d allowed, %d of them by the fast path", len(samples), len(rules), allowed, fast)
 		})
 	}
 }
@@ -319,4 +373,90 @@ func BenchmarkPolicyHPC(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestRuleDirectories: every rule directory declares its documents and its fast check,
+// and has samples that it allows and, where it has messages, that it refuses.
+func TestRuleDirectories(t *testing.T) {
+	rules := loadRules(t)
+	e := newEvaluator(t, Options{})
+	defined := func(doc string) bool {
+		return len(e.compiler.GetRules(ast.MustParseRef("data.interlink.authz."+doc))) > 0
+	}
+	counts := map[string][2]int{}
+	for _, s := range loadSamples(t) {
+		c := counts[s.rule]
+		if s.Want.Allowed {
+			c[0]++
+		} else {
+			c[1]++
+		}
+		counts[s.rule] = c
+	}
+	for name, r := range rules {
+		if r.FastCheck == "" {
+			t.Errorf("rule %s: rule.json declares no fast_check", name)
+		}
+		for _, doc := range []string{r.Violations, r.Annotations} {
+			if doc != "" && !defined(doc) {
+				t.Errorf("rule %s: data.interlink.authz.%s is not defined", name, doc)
+			}
+		}
+		if r.Violations == "" && r.Annotations == "" {
+			t.Errorf("rule %s: rule.json names neither violations nor annotations", name)
+		}
+		c := counts[name]
+		if c[0] == 0 || (r.Violations != "" && c[1] == 0) {
+			t.Errorf("rule %s: %d allowed and %d refused samples: want at least one of each (refused only where it has violations)", name, c[0], c[1])
+		}
+	}
+	for name := range counts {
+		if _, ok := rules[name]; !ok {
+			t.Errorf("samples of %s, which has no rule.json", name)
+		}
+	}
+}
+
+// TestViolationsCovered: every rule adding to data.interlink.authz.violations reads one
+// rule directory's document, or is the site rules' (data.interlink.site): a rule added
+// beside them, without a directory, samples and a fast check, fails here.
+func TestViolationsCovered(t *testing.T) {
+	rules := loadRules(t)
+	docs := map[string]bool{}
+	for name, r := range rules {
+		if r.Violations != "" && name != "review" { // the review's refusal is in deny
+			docs[r.Violations] = true
+		}
+	}
+	// _interlink_violations is the union of two rule directories' documents.
+	docs["_interlink_violations"] = true
+	site := ast.MustParseRef("data.interlink.site")
+	e := newEvaluator(t, Options{})
+	covered := map[string]bool{}
+	for _, r := range e.compiler.GetRules(ast.MustParseRef("data.interlink.authz.violations")) {
+		var reads []string
+		ast.WalkRefs(r.Body, func(x ast.Ref) bool {
+			if x.HasPrefix(site) {
+				reads = append(reads, "site")
+			}
+			// The compiler rewrites `some msg in doc` to doc[__local__].
+			if len(x) >= 4 && x.HasPrefix(ast.MustParseRef("data.interlink.authz")) {
+				if s, ok := x[3].Value.(ast.String); ok && docs[string(s)] {
+					reads = append(reads, string(s))
+				}
+			}
+			return false
+		})
+		if len(reads) == 0 {
+			t.Errorf("%v adds to violations without reading a rule directory's document (policies/rules/*/rule.json)", r.Location)
+		}
+		for _, d := range reads {
+			covered[d] = true
+		}
+	}
+	for d := range docs {
+		if !covered[d] && d != "_restricted_annotations_violations" && d != "_images_violations" {
+			t.Errorf("%s is no part of violations", d)
+		}
+	}
 }

@@ -44,7 +44,7 @@
 #   - The fast path's proof holds for these rules only: sar-bridge keeps its
 #     tables (data.sar_bridge.precomputed.interlink.authz.fast) only when
 #     every rule decision can reach is embedded or in an extension package
-#     (interlink.site.<name>, rule 8, which the fast path evaluates), and
+#     (interlink.site.<name>, the site rules, which the fast path evaluates), and
 #     drops them at load otherwise (policies/fastpath.go).
 package interlink.authz
 
@@ -93,13 +93,13 @@ decision := {
 	tenant := input.tenant
 	is_string(tenant)
 
-	# Rule 2: no container's amount over the subject's caps (a cap is
+	# Caps: no container's amount over the subject's caps (a cap is
 	# "none" where the subject has none: no number is greater).
 	largest := input.resources.largest
 	[1 | c := largest.cpu; c > profile.cpu] == []
 	[1 | m := largest.memory; m > profile.memory] == []
 
-	# Rule 3: no toleration of a protected key with an operator other than
+	# Protected taints: no toleration of a protected key with an operator other than
 	# Equal, nor with a value the subject may not use; with protected
 	# taints, no keyless Exists toleration (limit 0, else "none").
 	tolerations := input.tolerations
@@ -111,14 +111,27 @@ decision := {
 		denied[value]
 	] == []
 
-	# Rule 4: no tenant label, node label or nodeSelector of another tenant,
-	# and no required node affinity (the general rules read it).
+	# Tenant isolation: no tenant label, node label, nodeSelector or
+	# required node affinity (In) of another tenant.
 	label := input.tenant_label
 	[v | v := input.node.labels[label]; v != tenant] == []
 	[v | v := input.pod.spec.nodeSelector[label]; v != tenant] == []
-	not input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+	[1 |
+		terms := input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
+		is_array(terms)
+		some term in terms
+		exprs := term.matchExpressions
+		is_array(exprs)
+		some expr in exprs
+		expr.key == label
+		expr.operator == "In"
+		values := expr.values
+		is_array(values)
+		some other in values
+		other != tenant
+	] == []
 
-	# Rules 6 and 9 (interlink.rego, hpc.rego), proved silent on what
+	# Restricted annotations and HPC (interlink.rego, hpc.rego), proved silent on what
 	# sar-bridge derives from the pod in Go (input.hpc). Most pods set
 	# nothing the HPC side reads (inert) or only sbatch options that could be
 	# read (sbatch_only); of the rules, only the ones on sbatch options, GPUs
@@ -163,17 +176,20 @@ decision := {
 		not _fast_hpc_proved(profile.restricted, hpc)
 	] == []
 
-	# Rule 7 (quota.rego): a tenant without a quota (with one, the general
-	# rules decide). Profiles exist only where nothing else of rules 6 and 7
-	# applies (an unknown restricted key, image registries, data quotas).
-	not input.quota.request
+	# Quota (quota.rego): for a tenant with a quota (input.quota.request), its
+	# rules evaluated rather than proved silent (they compare a few numbers
+	# sar-bridge puts in the input). Profiles exist only where nothing else of
+	# the interLink and quota rules applies to every pod (an unknown
+	# restricted key, image registries, data quotas).
+	[1 | input.quota.request; _ = _quota_violations[_]] == []
 
-	# Rule 8: the site's extension packages, evaluated rather than proved
+	# Site rules: the site's extension packages, evaluated rather than proved
 	# silent (sar-bridge keeps the fast path's tables only when every other
 	# rule decision can reach is embedded: policies/fastpath.go).
 	[1 | some name; _ = data.interlink.site[name].violations[_]] == []
 
-	# Rule 5, as _pod_annotations, _resource_limits and _hpc_run_as_user.
+	# Modifications (billing, default limits, the tenant's HPC defaults), as
+	# _pod_annotations, _resource_limits and _hpc_run_as_user.
 	pod_annotations := object.union(
 		object.union(
 			{"interlink.io/billing-project": p |
@@ -204,7 +220,7 @@ decision := {
 	"review": _review_doc,
 }
 
-# The rest of rules 6 and 9 on the fast path, for a pod that sets more than
+# The rest of the restricted annotations and HPC rules on the fast path, for a pod that sets more than
 # sbatch options: each check proves that a rule of hpc.rego or interlink.rego
 # finds nothing (the rule named), or fails and leaves the decision to them.
 # restricted is the subject's profile's (the restricted annotations it may
@@ -229,9 +245,14 @@ _fast_hpc_proved(restricted, hpc) if {
 		p := concat("", [hp.path, "/"])
 		[1 | some d, _ in hpc.mount_dirs; startswith(p, d)] == []
 	] == []
+
+	# (Each annotation read by name: the memo keys on what is read.)
 	[1 |
-		some key in ["slurm-job.vk.io/image-root", "htcondor-job.knoc.io/image-root"]
-		v := input.pod.metadata.annotations[key]
+		v := input.pod.metadata.annotations["slurm-job.vk.io/image-root"]
+		[1 | p := concat("", [v, "/"]); some d, _ in hpc.image_dirs; startswith(p, d)] == []
+	] == []
+	[1 |
+		v := input.pod.metadata.annotations["htcondor-job.knoc.io/image-root"]
 		[1 | p := concat("", [v, "/"]); some d, _ in hpc.image_dirs; startswith(p, d)] == []
 	] == []
 	[1 | some id in hpc_input.ids; id.value == 0; not hpc.allow_root] == []
@@ -406,7 +427,7 @@ _pre_named_users := {u |
 #                        may not tolerate (keys it may tolerate left out)
 #
 # A subset with a mistyped cap has no profile (its subjects are denied by
-# the general rules); nor has any, where rule 6 or 7 applies to every pod
+# the general rules); nor has any, where the interLink or quota rules apply to every pod
 # (an unknown restricted key, image registries, mistyped quotas).
 _pre_profiles := {} if {
 	count(_unknown_restricted_keys) > 0
@@ -635,10 +656,10 @@ _container_name(i) := n if {
 } else := sprintf("#%d", [i])
 
 # ---------------------------------------------------------------------------
-# Violations (rules 2-4 apply to create only)
+# Violations (caps, protected taints, tenant isolation: create only)
 # ---------------------------------------------------------------------------
 
-# Rule 2: per-group resource caps.
+# Caps: per-group resource caps (policies/rules/caps).
 
 # The cap of each capped resource for the subject: the best ranked among
 # its groups.
@@ -689,21 +710,21 @@ _amount_phrase("limit", res, raw) := sprintf("sets %s limit %v", [res, raw])
 
 _amount_phrase("request", res, raw) := sprintf("requests %s %v", [res, raw])
 
-violations contains msg if {
+_caps_violations contains msg if {
 	input.operation == "create"
 	some [i, res, kind, raw, cap, [_]] in _amounts
 	msg := sprintf("container %q %s over the cap %v for group %q", [_container_name(i), _amount_phrase(kind, res, raw), cap.raw, cap.group])
 }
 
 # Fail closed on quantities that cannot be compared against a cap.
-violations contains msg if {
+_caps_violations contains msg if {
 	input.operation == "create"
 	some [i, res, _, raw, cap, []] in _amounts
 	msg := sprintf("container %q has an invalid %s quantity %v (cap %v for group %q)", [_container_name(i), res, raw, cap.raw, cap.group])
 }
 
 # A cap the admin mistyped must not silently lift the limit.
-violations contains msg if {
+_caps_violations contains msg if {
 	input.operation == "create"
 	errors := _static.cap_errors
 	count(errors) > 0
@@ -711,7 +732,7 @@ violations contains msg if {
 	some msg in errors[g]
 }
 
-# Rule 3: protected taints, with pod-toleration semantics.
+# Protected taints, with pod-toleration semantics (policies/rules/protected-taints).
 
 # Tolerations of a protected key as [key, operator, value]: operator "Equal"
 # when absent, empty or not a string; value "" when absent or not a string.
@@ -727,13 +748,13 @@ _protected_tolerations := [[key, op, value] |
 	value := array.concat([v | v := t.value; is_string(v)], [""])[0]
 ]
 
-violations contains msg if {
+_protected_taints_violations contains msg if {
 	input.operation == "create"
 	some [key, "Exists", _] in _protected_tolerations
 	msg := sprintf("toleration %q with operator Exists covers protected taint %q and is not allowed for any subject (subject %q)", [key, key, _subject_name])
 }
 
-violations contains msg if {
+_protected_taints_violations contains msg if {
 	input.operation == "create"
 	some [key, "Equal", value] in _protected_tolerations
 	some e in _static.protected[key][value]
@@ -744,7 +765,7 @@ violations contains msg if {
 
 # Operators other than Equal/Exists are invalid in Kubernetes; on a
 # protected key, refuse rather than guess the semantics.
-violations contains msg if {
+_protected_taints_violations contains msg if {
 	input.operation == "create"
 	some [key, op, _] in _protected_tolerations
 	not op in {"Equal", "Exists"}
@@ -753,7 +774,7 @@ violations contains msg if {
 
 # A toleration without a key (absent, empty or not a string) and operator
 # Exists tolerates every taint.
-violations contains msg if {
+_protected_taints_violations contains msg if {
 	input.operation == "create"
 	count(_static.protected_keys) > 0
 	ts := input.pod.spec.tolerations
@@ -764,7 +785,7 @@ violations contains msg if {
 	msg := sprintf("toleration without key and operator Exists tolerates protected taints and is not allowed (subject %q)", [_subject_name])
 }
 
-# Rule 4: tenant isolation.
+# Tenant isolation (policies/rules/tenant-isolation).
 _tenant := t if {
 	t := input.tenant
 	is_string(t)
@@ -780,7 +801,7 @@ _node_name := n if {
 	is_string(n)
 } else := ""
 
-violations contains msg if {
+_tenant_isolation_violations contains msg if {
 	input.operation == "create"
 	input.node.found == true
 	_tenant_label != ""
@@ -789,7 +810,7 @@ violations contains msg if {
 	msg := sprintf("target node %q belongs to tenant %q, not the pod's tenant %q", [_node_name, other, _tenant])
 }
 
-violations contains msg if {
+_tenant_isolation_violations contains msg if {
 	input.operation == "create"
 	_tenant_label != ""
 	other := input.pod.spec.nodeSelector[_tenant_label]
@@ -797,7 +818,7 @@ violations contains msg if {
 	msg := sprintf("nodeSelector %s=%v selects tenant %q, not the pod's tenant %q", [_tenant_label, other, other, _tenant])
 }
 
-violations contains msg if {
+_tenant_isolation_violations contains msg if {
 	input.operation == "create"
 	_tenant_label != ""
 	terms := input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
@@ -815,8 +836,22 @@ violations contains msg if {
 	msg := sprintf("required node affinity %s In %v selects tenant %q, not the pod's tenant %q", [_tenant_label, other, other, _tenant])
 }
 
-# Rules 6 and 7: interLink's own rules (interlink.rego) and tenant offload
-# quotas (quota.rego).
+# The built-in rules, by name, each in its own document (policies/rules/<name>
+# has its samples, decided three ways by TestSamples): caps, protected taints
+# and tenant isolation above, restricted annotations and images
+# (interlink.rego), quota (quota.rego), HPC (hpc.rego).
+violations contains msg if {
+	some msg in _caps_violations
+}
+
+violations contains msg if {
+	some msg in _protected_taints_violations
+}
+
+violations contains msg if {
+	some msg in _tenant_isolation_violations
+}
+
 violations contains msg if {
 	some msg in _interlink_violations
 }
@@ -829,7 +864,7 @@ violations contains msg if {
 	some msg in _hpc_violations
 }
 
-# Rule 8: a site's own rules, in extension packages (README, "Writing
+# Site rules: a site's own rules, in extension packages (README, "Writing
 # policies"): package interlink.site.<name> may define violations (a set of
 # messages, each refusing the pod) and pod_annotations (an object merged into
 # modifications.pod_annotations). The fast path evaluates them too, so they
@@ -853,7 +888,7 @@ _site_pod_annotations := {k: v |
 }
 
 # ---------------------------------------------------------------------------
-# Modifications (rule 5)
+# Modifications: billing (policies/rules/billing), default limits, HPC defaults
 # ---------------------------------------------------------------------------
 
 # The billing project and the tenant's HPC defaults (hpc.rego), then the site's

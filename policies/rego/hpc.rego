@@ -1,13 +1,13 @@
 package interlink.authz
 
-# Rule 9: what a tenant's pod becomes on the HPC side (issue 32). sar-bridge reads
+# HPC (policies/rules/hpc): what a tenant's pod becomes on the HPC side (issue 32). sar-bridge reads
 # the pod the way interLink's plugins do and puts the result in input.hpc
 # (policies/hpc.go): the sbatch options of slurm-job.vk.io/flags, the options and
 # host paths of the container-runtime annotations and hostPath volumes, the uids
 # and gids, the values the plugins write unquoted. These rules judge them against
 # the tenant's settings (data.interlink.hpc, read once per load in
 # hpc_settings.rego). Shell outside the container (pre-exec, mpi-flags,
-# wstunnel-client-commands, pod-ip) is rule 6 (interlink.rego).
+# wstunnel-client-commands, pod-ip) is the restricted annotations rule (interlink.rego).
 #
 # authz.rego's fast path proves every rule here silent (in its body for a pod that
 # sets nothing of this or only sbatch options, in _fast_hpc_proved for any other) or
