@@ -16,10 +16,10 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
 
-// precomputeDatas extends baselineDatas with more capped groups than the
+// precomputeDatas extends variedDatas with more capped groups than the
 // fast path tabulates every subset of, ties and negative caps.
 func precomputeDatas() map[string]string {
-	datas := maps.Clone(baselineDatas)
+	datas := maps.Clone(variedDatas)
 	limits := map[string]any{}
 	for i := range 10 {
 		limits[fmt.Sprintf("g%d", i)] = map[string]any{"cpu": fmt.Sprint(i%4 + 1), "memory": fmt.Sprintf("%dGi", 4-i%3)}
@@ -72,7 +72,7 @@ func precomputeDatas() map[string]string {
 func TestPrecomputeMatchesFallback(t *testing.T) {
 	for source, newEv := range evaluatorSources {
 		t.Run(source, func(t *testing.T) {
-			inputs := append(baselineInputs(t), wellFormedInputs(t)...)
+			inputs := append(variedInputs(t), wellFormedInputs(t)...)
 			for dname, data := range precomputeDatas() {
 				opts := Options{}
 				var parsed map[string]any
@@ -116,7 +116,7 @@ func TestPrecomputeMatchesFallback(t *testing.T) {
 
 // wellFormedInputs vary the bench input the way real pods differ, keeping
 // every field of the type the bridge sends: the fast path's domain, where
-// baselineInputs mostly exercise odd types.
+// variedInputs mostly exercise odd types.
 func wellFormedInputs(t testing.TB) []any {
 	t.Helper()
 	// Quantities the bridge's strict Pod decoding lets through (so not "lots").
