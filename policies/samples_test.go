@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -58,25 +59,39 @@ type ruleDecl struct {
 // loadRules reads the rule.json of every rule directory, by name.
 func loadRules(t testing.TB) map[string]ruleDecl {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(samplesDir, "*", "rule.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]ruleDecl{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, f := range glob(t, filepath.Join(samplesDir, "*", "rule.json")) {
 		var r ruleDecl
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&r); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+		decodeStrict(t, f, &r)
 		out[filepath.Base(filepath.Dir(f))] = r
 	}
 	return out
+}
+
+// glob lists the files matching pattern, sorted; at least one.
+func glob(t testing.TB, pattern string) []string {
+	t.Helper()
+	files, err := filepath.Glob(pattern)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("%s: %d files (%v)", pattern, len(files), err)
+	}
+	sort.Strings(files)
+	return files
+}
+
+// decodeStrict reads a JSON file into v, refusing unknown fields (a misspelt key of a
+// sample or rule.json must not go unchecked).
+func decodeStrict(t testing.TB, file string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
 }
 
 type sample struct {
@@ -96,26 +111,10 @@ type sample struct {
 // loadSamples reads every sample of every rule directory.
 func loadSamples(t testing.TB) []sample {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(samplesDir, "*", "samples", "*.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no samples found")
-	}
-	sort.Strings(files)
 	var out []sample
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, f := range glob(t, filepath.Join(samplesDir, "*", "samples", "*.json")) {
 		var s sample
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+		decodeStrict(t, f, &s)
 		s.file = f
 		s.rule = filepath.Base(filepath.Dir(filepath.Dir(f)))
 		out = append(out, s)
