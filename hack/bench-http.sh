@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make bench-http: the real bridge binary, the OPA server (the version go.mod pins, same
 # policy, data and input) and a bare Go net/http floor, each loaded by wrk in rotated
-# rounds, for two workloads: distinct pod specs and a 1,000-pod array job. Before any
+# rounds, for three workloads: distinct pod specs, a 1,000-pod array job and HPC pods
+# (sbatch flags with values, a flavor, a mount, a uid; the tenant's HPC settings added to
+# the policy data of both servers). Before any
 # timing, a sample of each workload must get the same result from the bridge and OPA.
 # It prints, per workload and target, the medians of req/s at 32 connections, p50, p99,
 # req/s at 1 connection and server CPU per request, then the bridge's ratios to OPA and
@@ -15,7 +17,9 @@
 # cores), BRIDGE_ARGS (extra sar-bridge flags, split on spaces), SAR_BRIDGE_CACHE,
 # BENCH_KEEP=1 keeps the temporary directory (logs, bodies, raw results),
 # PROFILE=DIR writes a CPU profile of the bridge under each workload's first 32-connection
-# round to DIR/<workload>.pprof (`go tool pprof -top bin/sar-bridge DIR/arrayjob.pprof`).
+# round to DIR/<workload>.pprof (`go tool pprof -top bin/sar-bridge DIR/arrayjob.pprof`;
+# the bridge then runs with --web.enable-pprof), WORKLOADS (distinct arrayjob hpc) runs
+# only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -78,7 +82,10 @@ done
 # shellcheck disable=SC1091
 . "$tmp/cluster/env"
 
-"$helper" prepare --kubeconfig "$ADMIN_KUBECONFIG" --out "$tmp/bodies" --namespace "$namespace" --group "$group"
+"$helper" prepare --kubeconfig "$ADMIN_KUBECONFIG" --out "$tmp/bodies" --namespace "$namespace" --group "$group" \
+  --policy-data "$SAR_BRIDGE_POLICY_DATA"
+# The cluster's policy data plus the tenant's HPC settings (the hpc workload's), for both.
+policy_data=$tmp/bodies/policy-data.json
 
 mapfile -t port < <("$helper" ports 4)
 bridge_url=http://127.0.0.1:${port[0]}/v1/data/interlink/authz/decision
@@ -86,16 +93,18 @@ opa_url=http://127.0.0.1:${port[2]}/v1/data/interlink/authz/decision
 floor_url=http://127.0.0.1:${port[3]}/
 
 # The bridge as make run starts it, less memcached: reviews are cached in process.
+pprof_flag=()
+[ -z "${PROFILE:-}" ] || pprof_flag=(--web.enable-pprof)
 # shellcheck disable=SC2086 # BRIDGE_ARGS is a list of flags
-"$bridge_bin" --kubeconfig="$SAR_BRIDGE_KUBECONFIG" --openshift.mappings="$namespace=$group" \
-  --policies.data="$SAR_BRIDGE_POLICY_DATA" \
+"$bridge_bin" --kubeconfig="$SAR_BRIDGE_KUBECONFIG" --openshift.mappings="$namespace=$group" "${pprof_flag[@]}" \
+  --policies.data="$policy_data" \
   --web.listen="127.0.0.1:${port[0]}" --web.internal.listen="127.0.0.1:${port[1]}" ${BRIDGE_ARGS:-} >"$tmp/bridge.log" 2>&1 &
 pids+=($!)
 bridge_pid=$!
 # The policy files the bridge embeds (policies/rego, tests aside), the same data; not the
 # kubernetes.api.client package, which calls the bridge's own k8s.* built-ins.
 mapfile -t rego < <(find policies/rego -name '*.rego' ! -name '*_test.rego' ! -name 'kubernetes_api_client*' | sort)
-"$opa" run --server --skip-version-check --addr "127.0.0.1:${port[2]}" "${rego[@]}" "$SAR_BRIDGE_POLICY_DATA" >"$tmp/opa.log" 2>&1 &
+"$opa" run --server --skip-version-check --addr "127.0.0.1:${port[2]}" "${rego[@]}" "$policy_data" >"$tmp/opa.log" 2>&1 &
 pids+=($!)
 opa_pid=$!
 "$helper" floor --listen "127.0.0.1:${port[3]}" >"$tmp/floor.log" 2>&1 &
@@ -130,7 +139,7 @@ seq_no=0
 # load WORKLOAD TARGET CONNECTIONS DURATION [ROUND]: one wrk run; with ROUND, its figures
 # go to the results.
 load() {
-  local workload=$1 target=$2 conns=$3 dur=$4 round=${5:-} out before after line
+  local workload=$1 target=$2 conns=$3 dur=$4 round=${5:-} out before after line mode
   # Distinct pods stay distinct across runs: each run numbers from its own range.
   seq_no=$((seq_no + 1))
   if [ -n "${PROFILE:-}" ] && [ "$target" = bridge ] && [ "$round" = 1 ] && [ "$conns" = "$connections" ]; then
@@ -140,8 +149,11 @@ load() {
       "http://127.0.0.1:${port[1]}/debug/pprof/profile?seconds=$(( ${dur%s} > 3 ? ${dur%s} - 2 : 1 ))" &
   fi
   before=$(cpu_ticks "${pid[$target]}")
+  # The hpc workload's pods are numbered as distinct ones: each a new pod.
+  mode=distinct
+  [ "$workload" != arrayjob ] || mode=arrayjob
   out=$(wrk -t"$threads" -c"$conns" -d"$dur" --timeout 10s -s "$lua" "${url[$target]}" -- \
-    "$tmp/bodies/$workload.${body[$target]}.json" "$workload" $((100000000 + seq_no * 10000000)) "$threads")
+    "$tmp/bodies/$workload.${body[$target]}.json" "$mode" $((100000000 + seq_no * 10000000)) "$threads")
   after=$(cpu_ticks "${pid[$target]}")
   line=$(grep '^BENCH ' <<<"$out") || { printf '%s\n' "$out" >&2; die "wrk printed no figures"; }
   [ -n "$round" ] || return 0
@@ -153,7 +165,7 @@ load() {
     "$(awk -v v="$p50" 'BEGIN { print v / 1000 }')" "$(awk -v v="$p99" 'BEGIN { print v / 1000 }')" "$errors")"
 }
 
-for workload in distinct arrayjob; do
+for workload in ${WORKLOADS:-distinct arrayjob hpc}; do
   for target in "${targets[@]}"; do
     load "$workload" "$target" "$connections" "$warmup"
   done

@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// The sameness and property tests (precompute against the general rules, the rewrite
-// against its baseline, site rules, memo) compare thousands of evaluations. What they
+// The sameness and property tests (precompute against the general rules, site rules,
+// memo) compare thousands of evaluations. What they
 // check is the policy's logic, not concurrency, and the race detector makes each
 // evaluation about 8 times slower: under -race a full corpus took the package past go
 // test's 10 minutes on 2 cores. So make unit runs them twice: under -race each loop

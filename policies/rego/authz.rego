@@ -27,9 +27,13 @@
 #     the pod: its amounts parsed (input.resources: a regex.match and a
 #     units.parse per amount were most of a decision's cost) and its
 #     tolerations by key (input.tolerations: three passes over the
-#     tolerations were a quarter of what was left). Its cost is the number
-#     of expressions it evaluates, a built-in call costing two or three
-#     lookups, so every check is a lookup or a comparison.
+#     tolerations were a quarter of what was left), and what the plugins
+#     would make of it (input.hpc: options, paths, ids read in Go, so that a
+#     pod with sbatch flags, mounts or uids is proved here too). Its cost is
+#     the number of expressions it evaluates, a built-in call costing two or
+#     three lookups, so every check is a lookup or a comparison; the checks
+#     only pods that set more than sbatch options need are in
+#     _fast_hpc_proved, called for those alone.
 #   - The general rules read input through references
 #     (`input.pod.spec.containers`), never hand it to a function (a call
 #     plugs and hashes its arguments); the few helpers left build messages
@@ -40,7 +44,7 @@
 #   - The fast path's proof holds for these rules only: sar-bridge keeps its
 #     tables (data.sar_bridge.precomputed.interlink.authz.fast) only when
 #     every rule decision can reach is embedded or in an extension package
-#     (interlink.site.<name>, rule 8, which the fast path evaluates), and
+#     (interlink.site.<name>, the site rules, which the fast path evaluates), and
 #     drops them at load otherwise (policies/fastpath.go).
 package interlink.authz
 
@@ -89,13 +93,13 @@ decision := {
 	tenant := input.tenant
 	is_string(tenant)
 
-	# Rule 2: no container's amount over the subject's caps (a cap is
+	# Caps: no container's amount over the subject's caps (a cap is
 	# "none" where the subject has none: no number is greater).
 	largest := input.resources.largest
 	[1 | c := largest.cpu; c > profile.cpu] == []
 	[1 | m := largest.memory; m > profile.memory] == []
 
-	# Rule 3: no toleration of a protected key with an operator other than
+	# Protected taints: no toleration of a protected key with an operator other than
 	# Equal, nor with a value the subject may not use; with protected
 	# taints, no keyless Exists toleration (limit 0, else "none").
 	tolerations := input.tolerations
@@ -107,47 +111,86 @@ decision := {
 		denied[value]
 	] == []
 
-	# Rule 4: no tenant label, node label or nodeSelector of another tenant,
-	# and no required node affinity (the general rules read it).
+	# Tenant isolation: no tenant label, node label, nodeSelector or
+	# required node affinity (In) of another tenant.
 	label := input.tenant_label
 	[v | v := input.node.labels[label]; v != tenant] == []
 	[v | v := input.pod.spec.nodeSelector[label]; v != tenant] == []
-	not input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+	[1 |
+		terms := input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
+		is_array(terms)
+		some term in terms
+		exprs := term.matchExpressions
+		is_array(exprs)
+		some expr in exprs
+		expr.key == label
+		expr.operator == "In"
+		values := expr.values
+		is_array(values)
+		some other in values
+		other != tenant
+	] == []
 
-	# Rules 6 and 9 (interlink.rego, hpc.rego): a pod that sets nothing the
-	# HPC side reads (input.hpc.inert: no restricted or HPC annotation, no
-	# uid or gid, no host path, only plain words where the plugins write
-	# them unquoted), or nothing but sbatch options that could be read
-	# (sbatch_only), each listed for the tenant with a listed value where it
-	# needs one; of a tenant whose settings are readable (hpc_defaults: false
-	# otherwise). Rule 7 (quota.rego): a tenant without a quota (with one,
-	# the general rules decide). Profiles exist only where nothing else of
-	# rules 6 and 7 applies.
+	# Restricted annotations and HPC (interlink.rego, hpc.rego), proved silent on what
+	# sar-bridge derives from the pod in Go (input.hpc). Most pods set
+	# nothing the HPC side reads (inert) or only sbatch options that could be
+	# read (sbatch_only); of the rules, only the ones on sbatch options, GPUs
+	# and the node's plugin's findings can then apply, and are checked here.
+	# Any other pod (a flavor, mounts, uids, restricted annotations...) is
+	# checked by _fast_hpc_proved. Of a tenant whose settings are readable
+	# (hpc_defaults: false otherwise).
 	hpc := object.get(fast.hpc_defaults, tenant, fast.hpc_defaults["*"])
 	is_object(hpc)
 	hpc_input := input.hpc
-	[1 | hpc_input.inert != true; hpc_input.sbatch_only != true] == []
-	[1 | hpc_input.gpus > 0; not hpc.gpu_auto] == []
+	is_object(hpc_input.script_bound)
 
-	# Only the node's plugin's findings count; most pods have none, and then the
-	# node's plugin is never looked up.
-	bound := hpc_input.bound_plugins
-	is_array(bound)
-	[1 | some p in bound; p in _hpc_plugins] == []
+	# Each option one of the tenant's, or, for a subject restricted_annotations
+	# grants the flags, any option but those of fast.unfree_options (--uid,
+	# --gid, and the ones of _hpc_value_lists, which need a listed value).
 	[1 |
+		not profile.restricted["slurm-job.vk.io/flags"]
 		some name, value in hpc_input.sbatch.options
 		not hpc.options[name]
 		not hpc.values[name][value]
 	] == []
-	not input.quota.request
+	[1 |
+		profile.restricted["slurm-job.vk.io/flags"]
+		some name, value in hpc_input.sbatch.options
+		fast.unfree_options[name]
+		not hpc.values[name][value]
+	] == []
 
-	# Rule 8: the site's extension packages, evaluated rather than proved
+	# GPUs without a flavor only where the plugin's own choice is the
+	# tenant's (gpu_auto).
+	[1 | hpc_input.gpus > 0; not input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.gpu_auto] == []
+
+	# Only the node's plugin's findings count; most pods have none, and then
+	# the node's plugin is never looked up (a tenant's open_fields are left
+	# to the general rules).
+	bound := hpc_input.bound_plugins
+	is_array(bound)
+	[1 | some p in bound; p in _hpc_plugins] == []
+	[1 |
+		not hpc_input.inert == true
+		not hpc_input.sbatch_only == true
+		not _fast_hpc_proved(profile.restricted, hpc)
+	] == []
+
+	# Quota (quota.rego): for a tenant with a quota (input.quota.request), its
+	# rules evaluated rather than proved silent (they compare a few numbers
+	# sar-bridge puts in the input). Profiles exist only where nothing else of
+	# the interLink and quota rules applies to every pod (an unknown
+	# restricted key, image registries, data quotas).
+	[1 | input.quota.request; _ = _quota_violations[_]] == []
+
+	# Site rules: the site's extension packages, evaluated rather than proved
 	# silent (sar-bridge keeps the fast path's tables only when every other
 	# rule decision can reach is embedded: policies/fastpath.go).
 	[1 | some name; _ = data.interlink.site[name].violations[_]] == []
 
-	# Rule 5, as _pod_annotations, _resource_limits and _hpc_run_as_user.
-	annotations := object.union(
+	# Modifications (billing, default limits, the tenant's HPC defaults), as
+	# _pod_annotations, _resource_limits and _hpc_run_as_user.
+	pod_annotations := object.union(
 		object.union(
 			{"interlink.io/billing-project": p |
 				p := input.namespace.labels["interlink.io/billing-project"]
@@ -165,12 +208,80 @@ decision := {
 		d := fast.default_limits
 		some name in unlimited
 	}
-	modifications := object.union({"pod_annotations": annotations, "resource_limits": defaults}, hpc.modifications)
+	run_as_user := {k: v |
+		some k, v in hpc.modifications
+		not input.pod.spec.securityContext.runAsUser
+	}
+	modifications := object.union({"pod_annotations": pod_annotations, "resource_limits": defaults}, run_as_user)
 } else := {
 	"allowed": allow,
 	"reason": reason,
 	"modifications": modifications,
 	"review": _review_doc,
+}
+
+# The rest of the restricted annotations and HPC rules on the fast path, for a pod that sets more than
+# sbatch options: each check proves that a rule of hpc.rego or interlink.rego
+# finds nothing (the rule named), or fails and leaves the decision to them.
+# restricted is the subject's profile's (the restricted annotations it may
+# use), hpc the tenant's fast.hpc_defaults entry.
+_fast_hpc_proved(restricted, hpc) if {
+	hpc_input := input.hpc
+
+	# Flags that could be read (_hpc_flags_unreadable).
+	[1 | is_string(hpc_input.sbatch.error)] == []
+
+	# A flavor of the tenant's.
+	[1 | v := input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.flavors[v]] == []
+
+	# Container-runtime options readable and of the tenant's lists; host
+	# paths and image roots under its prefixes (as _hpc_under: p and "/"
+	# starts with a prefix as a directory); uids and gids in its ranges, 0
+	# only where allow_root.
+	[1 | some _, args in hpc_input.runtime; is_string(args.error)] == []
+	[1 | some key, args in hpc_input.runtime; some option in args.options; not hpc.runtime[key][option]] == []
+	[1 |
+		some hp in hpc_input.host_paths
+		p := concat("", [hp.path, "/"])
+		[1 | some d, _ in hpc.mount_dirs; startswith(p, d)] == []
+	] == []
+
+	# (Each annotation read by name: the memo keys on what is read.)
+	[1 |
+		v := input.pod.metadata.annotations["slurm-job.vk.io/image-root"]
+		[1 | p := concat("", [v, "/"]); some d, _ in hpc.image_dirs; startswith(p, d)] == []
+	] == []
+	[1 |
+		v := input.pod.metadata.annotations["htcondor-job.knoc.io/image-root"]
+		[1 | p := concat("", [v, "/"]); some d, _ in hpc.image_dirs; startswith(p, d)] == []
+	] == []
+	[1 | some id in hpc_input.ids; id.value == 0; not hpc.allow_root] == []
+	[1 |
+		some id in hpc_input.ids
+		id.value != 0
+		[1 | some [lo, hi] in hpc.id_ranges[id.kind]; lo <= id.value; id.value <= hi] == []
+	] == []
+
+	# Nothing Go refused (words), no HTCondor host mode unless allowed.
+	[1 | some _ in hpc_input.words] == []
+	[1 | hpc_input.host_mode == true; not hpc.htcondor_host_mode; "htcondor" in _hpc_plugins] == []
+
+	# interlink.rego's shell annotations: only where restricted_annotations
+	# grants them to the subject, or pod-ip is an address, or the Virtual
+	# Kubelet wrote wstunnel-client-commands (its mesh pre-exec is left to
+	# the general rules).
+	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/pre-exec"]; not restricted["slurm-job.vk.io/pre-exec"]] == []
+	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/mpi-flags"]; not restricted["slurm-job.vk.io/mpi-flags"]] == []
+	[1 |
+		_ = input.pod.metadata.annotations["interlink.eu/wstunnel-client-commands"]
+		not restricted["interlink.eu/wstunnel-client-commands"]
+		not hpc_input.writers["interlink.eu/wstunnel-client-commands"] == "vk"
+	] == []
+	[1 |
+		_ = input.pod.metadata.annotations["interlink.eu/pod-ip"]
+		not hpc_input.pod_ip.valid == true
+		not restricted["interlink.eu/pod-ip"]
+	] == []
 }
 
 # Review reason first (it is the root cause when the SAR refused), then the
@@ -221,13 +332,15 @@ _precompute := object.union(_pre_general, {"fast": object.union(
 		"protected_keys": _pre_general.protected_keys,
 		"keyless_exists_limit": _pre_keyless_exists_limit,
 		"hpc_defaults": _pre_hpc_defaults,
+		"unfree_options": {name: true | some name in (_hpc_never | {n | some n, _ in _hpc_value_lists})},
 	},
 	{"default_limits": d | d := _pre_general.default_limits},
 )})
 
-# The tenants' HPC defaults for an inert pod (hpc.rego's modifications), by
-# tenant and "*"; false for a tenant whose settings have errors (its pods take
-# the general rules, which refuse them).
+# The tenants' HPC settings as the fast path reads them (the lists of hpc.rego's
+# rules, its defaults as modifications), by tenant and "*"; false for a tenant
+# whose settings have errors (its pods take the general rules, which refuse
+# them).
 _pre_hpc_defaults := object.union(
 	{name: _pre_hpc_default(settings) | some name, settings in data.interlink.hpc_settings._precompute.tenants},
 	{name: false |
@@ -235,6 +348,12 @@ _pre_hpc_defaults := object.union(
 		_pre_hpc_failed(name)
 	},
 )
+
+# A prefix as a directory, ending in "/": a path p is under it (_hpc_path_under)
+# when p and "/" starts with it.
+_pre_dir("/") := "/"
+
+_pre_dir(p) := concat("", [p, "/"]) if p != "/"
 
 _pre_hpc_failed(name) if data.interlink.hpc_settings._precompute.errors[name]
 
@@ -253,17 +372,30 @@ _pre_hpc_default(settings) := object.union(
 		},
 		"values": {name: settings[list] | some name, list in _hpc_value_lists},
 		"gpu_auto": settings.gpu_auto,
+		"flavors": settings.flavors,
+		"runtime": {key: settings[_hpc_runtime_list(key)] | some key in _hpc_runtime_annotations},
+		"htcondor_host_mode": settings.htcondor_host_mode,
+		"mount_dirs": {_pre_dir(p): true | some p, _ in settings.mount_prefixes},
+		"image_dirs": {_pre_dir(p): true | some p, _ in settings.image_roots},
+		"id_ranges": {"uid": settings.uid_ranges, "gid": settings.gid_ranges},
+		"allow_root": settings.allow_root,
 	},
 	{"account": a | a := settings.account; is_string(a)},
 )
 
 # Every group and user data names: caps and protected taints. A subject's
 # profile depends on these alone.
-_pre_named_groups := {g |
+_pre_named_groups := ({g |
 	some [g, _, _, _] in _pre_caps
 } | {g |
 	some p in _pre_general.protected[_][_]
 	some g, _ in p.groups
+}) | {g |
+	some key in _restricted_annotation_keys
+	gs := data.interlink.restricted_annotations[key].groups
+	is_array(gs)
+	some g in gs
+	is_string(g)
 }
 
 # How many keyless Exists tolerations (which tolerate every taint) a pod may
@@ -275,6 +407,13 @@ _pre_keyless_exists_limit := 0 if {
 _pre_named_users := {u |
 	some p in _pre_general.protected[_][_]
 	some u, _ in p.users
+} | {u |
+	some key in _restricted_annotation_keys
+	us := data.interlink.restricted_annotations[key].users
+	is_array(us)
+	some u in us
+	is_string(u)
+	u != ""
 }
 
 # The profiles of subjects: {user key: {subset key: profile}}, by "*" for a
@@ -288,7 +427,7 @@ _pre_named_users := {u |
 #                        may not tolerate (keys it may tolerate left out)
 #
 # A subset with a mistyped cap has no profile (its subjects are denied by
-# the general rules); nor has any, where rule 6 or 7 applies to every pod
+# the general rules); nor has any, where the interLink or quota rules apply to every pod
 # (an unknown restricted key, image registries, mistyped quotas).
 _pre_profiles := {} if {
 	count(_unknown_restricted_keys) > 0
@@ -314,6 +453,10 @@ _pre_profile_key(sub) := concat("", {_pre_group_codes[g] | some g, _ in sub})
 _pre_profile(user, sub) := {
 	"cpu": _pre_profile_cap(sub, "cpu"),
 	"memory": _pre_profile_cap(sub, "memory"),
+	"restricted": {key: true |
+		some key in _restricted_annotation_keys
+		_pre_restricted_allows(key, user, sub)
+	},
 	"denied_tolerations": {key: denied |
 		some key, values in _pre_general.protected
 		denied := {value: true |
@@ -329,6 +472,22 @@ _pre_profile_cap(sub, res) := vs[0] if {
 	vs := [c.value | some c in _pre_general.caps[res]; sub[c.group]]
 	count(vs) > 0
 } else := "none"
+
+# The subject may use restricted annotation key (interlink.rego's
+# _restricted_allowed); a user "*" (null) is named by no list.
+_pre_restricted_allows(key, user, _) if {
+	is_string(user)
+	us := data.interlink.restricted_annotations[key].users
+	is_array(us)
+	user in us
+}
+
+_pre_restricted_allows(key, _, sub) if {
+	gs := data.interlink.restricted_annotations[key].groups
+	is_array(gs)
+	some g in gs
+	sub[g]
+}
 
 _pre_entry_allows(e, user, _) if e.users[user]
 
@@ -497,10 +656,10 @@ _container_name(i) := n if {
 } else := sprintf("#%d", [i])
 
 # ---------------------------------------------------------------------------
-# Violations (rules 2-4 apply to create only)
+# Violations (caps, protected taints, tenant isolation: create only)
 # ---------------------------------------------------------------------------
 
-# Rule 2: per-group resource caps.
+# Caps: per-group resource caps (policies/rules/caps).
 
 # The cap of each capped resource for the subject: the best ranked among
 # its groups.
@@ -551,21 +710,21 @@ _amount_phrase("limit", res, raw) := sprintf("sets %s limit %v", [res, raw])
 
 _amount_phrase("request", res, raw) := sprintf("requests %s %v", [res, raw])
 
-violations contains msg if {
+_caps_violations contains msg if {
 	input.operation == "create"
 	some [i, res, kind, raw, cap, [_]] in _amounts
 	msg := sprintf("container %q %s over the cap %v for group %q", [_container_name(i), _amount_phrase(kind, res, raw), cap.raw, cap.group])
 }
 
 # Fail closed on quantities that cannot be compared against a cap.
-violations contains msg if {
+_caps_violations contains msg if {
 	input.operation == "create"
 	some [i, res, _, raw, cap, []] in _amounts
 	msg := sprintf("container %q has an invalid %s quantity %v (cap %v for group %q)", [_container_name(i), res, raw, cap.raw, cap.group])
 }
 
 # A cap the admin mistyped must not silently lift the limit.
-violations contains msg if {
+_caps_violations contains msg if {
 	input.operation == "create"
 	errors := _static.cap_errors
 	count(errors) > 0
@@ -573,7 +732,7 @@ violations contains msg if {
 	some msg in errors[g]
 }
 
-# Rule 3: protected taints, with pod-toleration semantics.
+# Protected taints, with pod-toleration semantics (policies/rules/protected-taints).
 
 # Tolerations of a protected key as [key, operator, value]: operator "Equal"
 # when absent, empty or not a string; value "" when absent or not a string.
@@ -589,13 +748,13 @@ _protected_tolerations := [[key, op, value] |
 	value := array.concat([v | v := t.value; is_string(v)], [""])[0]
 ]
 
-violations contains msg if {
+_protected_taints_violations contains msg if {
 	input.operation == "create"
 	some [key, "Exists", _] in _protected_tolerations
 	msg := sprintf("toleration %q with operator Exists covers protected taint %q and is not allowed for any subject (subject %q)", [key, key, _subject_name])
 }
 
-violations contains msg if {
+_protected_taints_violations contains msg if {
 	input.operation == "create"
 	some [key, "Equal", value] in _protected_tolerations
 	some e in _static.protected[key][value]
@@ -606,7 +765,7 @@ violations contains msg if {
 
 # Operators other than Equal/Exists are invalid in Kubernetes; on a
 # protected key, refuse rather than guess the semantics.
-violations contains msg if {
+_protected_taints_violations contains msg if {
 	input.operation == "create"
 	some [key, op, _] in _protected_tolerations
 	not op in {"Equal", "Exists"}
@@ -615,7 +774,7 @@ violations contains msg if {
 
 # A toleration without a key (absent, empty or not a string) and operator
 # Exists tolerates every taint.
-violations contains msg if {
+_protected_taints_violations contains msg if {
 	input.operation == "create"
 	count(_static.protected_keys) > 0
 	ts := input.pod.spec.tolerations
@@ -626,7 +785,7 @@ violations contains msg if {
 	msg := sprintf("toleration without key and operator Exists tolerates protected taints and is not allowed (subject %q)", [_subject_name])
 }
 
-# Rule 4: tenant isolation.
+# Tenant isolation (policies/rules/tenant-isolation).
 _tenant := t if {
 	t := input.tenant
 	is_string(t)
@@ -642,7 +801,7 @@ _node_name := n if {
 	is_string(n)
 } else := ""
 
-violations contains msg if {
+_tenant_isolation_violations contains msg if {
 	input.operation == "create"
 	input.node.found == true
 	_tenant_label != ""
@@ -651,7 +810,7 @@ violations contains msg if {
 	msg := sprintf("target node %q belongs to tenant %q, not the pod's tenant %q", [_node_name, other, _tenant])
 }
 
-violations contains msg if {
+_tenant_isolation_violations contains msg if {
 	input.operation == "create"
 	_tenant_label != ""
 	other := input.pod.spec.nodeSelector[_tenant_label]
@@ -659,7 +818,7 @@ violations contains msg if {
 	msg := sprintf("nodeSelector %s=%v selects tenant %q, not the pod's tenant %q", [_tenant_label, other, other, _tenant])
 }
 
-violations contains msg if {
+_tenant_isolation_violations contains msg if {
 	input.operation == "create"
 	_tenant_label != ""
 	terms := input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
@@ -677,8 +836,22 @@ violations contains msg if {
 	msg := sprintf("required node affinity %s In %v selects tenant %q, not the pod's tenant %q", [_tenant_label, other, other, _tenant])
 }
 
-# Rules 6 and 7: interLink's own rules (interlink.rego) and tenant offload
-# quotas (quota.rego).
+# The built-in rules, by name, each in its own document (policies/rules/<name>
+# has its samples, decided three ways by TestSamples): caps, protected taints
+# and tenant isolation above, restricted annotations and images
+# (interlink.rego), quota (quota.rego), HPC (hpc.rego).
+violations contains msg if {
+	some msg in _caps_violations
+}
+
+violations contains msg if {
+	some msg in _protected_taints_violations
+}
+
+violations contains msg if {
+	some msg in _tenant_isolation_violations
+}
+
 violations contains msg if {
 	some msg in _interlink_violations
 }
@@ -691,7 +864,7 @@ violations contains msg if {
 	some msg in _hpc_violations
 }
 
-# Rule 8: a site's own rules, in extension packages (README, "Writing
+# Site rules: a site's own rules, in extension packages (README, "Writing
 # policies"): package interlink.site.<name> may define violations (a set of
 # messages, each refusing the pod) and pod_annotations (an object merged into
 # modifications.pod_annotations). The fast path evaluates them too, so they
@@ -715,7 +888,7 @@ _site_pod_annotations := {k: v |
 }
 
 # ---------------------------------------------------------------------------
-# Modifications (rule 5)
+# Modifications: billing (policies/rules/billing), default limits, HPC defaults
 # ---------------------------------------------------------------------------
 
 # The billing project and the tenant's HPC defaults (hpc.rego), then the site's

@@ -820,19 +820,34 @@ test_precompute_profiles_by_user if {
 	pre.fast.profiles[concat("", ["user:", sa])][""].denied_tolerations == {}
 }
 
-# The tenants' HPC defaults for inert pods: a tenant with errors, or every
+# The tenants' HPC settings for the fast path: a tenant with errors, or every
 # tenant when "*" has them, has none (the general rules refuse its pods).
 test_precompute_hpc_defaults if {
 	pre := authz._precompute with data.interlink.hpc.tenants as {"*": {"uid": 20000, "sbatch_options": ["--time", "--uid", "--account"]}, "team-x": {"account": "proj-x", "partitions": ["cpu"]}, "bad": {"uid": "root"}}
 	no_values := {"--account": {}, "--partition": {}, "--qos": {}, "--reservation": {}}
+	no_runtime := {
+		"slurm-job.vk.io/singularity-mounts": {}, "slurm-job.vk.io/singularity-options": {},
+		"slurm-job.vk.io/enroot-mounts": {}, "slurm-job.vk.io/enroot-options": {},
+		"htcondor-job.vk.io/singularity-options": {},
+	}
+	closed := {
+		"gpu_auto": false, "flavors": {}, "runtime": no_runtime, "htcondor_host_mode": false,
+		"mount_dirs": {}, "image_dirs": {}, "id_ranges": {"uid": [], "gid": []}, "allow_root": false,
+	}
 	pre.fast.hpc_defaults == {
-		"*": {"modifications": {"run_as_user": 20000}, "options": {"--time": true}, "values": no_values, "gpu_auto": false},
-		"team-x": {
+		"*": object.union(closed, {"modifications": {"run_as_user": 20000}, "options": {"--time": true}, "values": no_values}),
+		"team-x": object.union(closed, {
 			"account": "proj-x", "modifications": {"run_as_user": 20000}, "options": {"--time": true},
-			"values": object.union(no_values, {"--account": {"proj-x": true}, "--partition": {"cpu": true}}), "gpu_auto": false,
-		},
+			"values": object.union(no_values, {"--account": {"proj-x": true}, "--partition": {"cpu": true}}),
+		}),
 		"bad": false,
 	}
+	pre.fast.unfree_options == {"--uid": true, "--gid": true, "--account": true, "--partition": true, "--qos": true, "--reservation": true}
+	dirs := authz._precompute with data.interlink.hpc.tenants as {"*": {"mount_prefixes": ["/", "/scratch/a"], "image_roots": ["/cvmfs"], "uid_ranges": [[1, 2]], "allow_root": true}}
+	dirs.fast.hpc_defaults["*"].mount_dirs == {"/": true, "/scratch/a/": true}
+	dirs.fast.hpc_defaults["*"].image_dirs == {"/cvmfs/": true}
+	dirs.fast.hpc_defaults["*"].id_ranges == {"uid": [[1, 2]], "gid": []}
+	dirs.fast.hpc_defaults["*"].allow_root == true
 	broken := authz._precompute with data.interlink.hpc.tenants as {"*": {"mount_prefixes": ["scratch"]}, "team-x": {}}
 	broken.fast.hpc_defaults == {"*": false, "team-x": false}
 }
@@ -946,4 +961,23 @@ test_fast_path_takes_listed_sbatch_options if {
 		with data.sar_bridge.precomputed.interlink.authz as pre
 		with authz.allow as "general rules"
 	d.allowed == "general rules"
+
+	# Unless restricted_annotations grants the subject the flags: then any option
+	# but --uid, --gid and the listed values' is the subject's to set.
+	granted := {"slurm-job.vk.io/flags": {"groups": [team_group]}}
+	pre_granted := authz._precompute with data.interlink.hpc as hpc_data
+		with data.interlink.restricted_annotations as granted
+	g := authz.decision with input as other
+		with data.interlink.hpc as hpc_data
+		with data.interlink.restricted_annotations as granted
+		with data.sar_bridge.precomputed.interlink.authz as pre_granted
+		with authz.allow as "general rules"
+	g.allowed == true
+	never := object.union(inp, {"hpc": {"sbatch": {"options": {"--uid": "0"}}}})
+	n := authz.decision with input as never
+		with data.interlink.hpc as hpc_data
+		with data.interlink.restricted_annotations as granted
+		with data.sar_bridge.precomputed.interlink.authz as pre_granted
+		with authz.allow as "general rules"
+	n.allowed == "general rules"
 }

@@ -1,16 +1,19 @@
 package interlink.authz
 
-# Rule 9: what a tenant's pod becomes on the HPC side (issue 32). sar-bridge reads
+# HPC (policies/rules/hpc): what a tenant's pod becomes on the HPC side (issue 32). sar-bridge reads
 # the pod the way interLink's plugins do and puts the result in input.hpc
 # (policies/hpc.go): the sbatch options of slurm-job.vk.io/flags, the options and
 # host paths of the container-runtime annotations and hostPath volumes, the uids
 # and gids, the values the plugins write unquoted. These rules judge them against
 # the tenant's settings (data.interlink.hpc, read once per load in
 # hpc_settings.rego). Shell outside the container (pre-exec, mpi-flags,
-# wstunnel-client-commands, pod-ip) is rule 6 (interlink.rego).
+# wstunnel-client-commands, pod-ip) is the restricted annotations rule (interlink.rego).
 #
-# authz.rego's fast path takes only pods whose input.hpc is inert (none of this
-# is set): a rule that can fire for an inert pod must be proved silent there.
+# authz.rego's fast path proves every rule here silent (in its body for a pod that
+# sets nothing of this or only sbatch options, in _fast_hpc_proved for any other) or
+# leaves the decision to the general rules: a rule added here needs its proof there,
+# and a sample under policies/rules/hpc/samples that it refuses (TestSamples decides
+# each sample with the fast path's tables and without, and fails where they differ).
 
 _hpc_table := data.interlink.hpc_settings.table
 
@@ -91,6 +94,14 @@ _hpc_violations contains msg if {
 	some option in args.options
 	not _hpc[list][option]
 	msg := sprintf("option %s in annotation %q is not allowed for tenant %q: allowed %s (data.interlink.hpc.tenants)", [option, key, _hpc_tenant, _hpc_allowed(list)])
+}
+
+# The container-runtime annotations input.hpc.runtime may have (runtimeAnnotations in
+# policies/hpc.go); the fast path knows no other.
+_hpc_runtime_annotations := {
+	"slurm-job.vk.io/singularity-mounts", "slurm-job.vk.io/singularity-options",
+	"slurm-job.vk.io/enroot-mounts", "slurm-job.vk.io/enroot-options",
+	"htcondor-job.vk.io/singularity-options",
 }
 
 _hpc_runtime_list(key) := "enroot_options" if startswith(key, "slurm-job.vk.io/enroot-")

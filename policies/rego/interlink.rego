@@ -1,6 +1,7 @@
 package interlink.authz
 
-# Rule 6: interLink's own rules, configured by data.interlink (README,
+# interLink's own rules, restricted annotations and images (policies/rules/
+# restricted-annotations, policies/rules/images), configured by data.interlink (README,
 # "Writing policies"):
 #
 #   restricted_annotations: {key: {"users": [name, ...], "groups": [name, ...]}}
@@ -11,6 +12,16 @@ package interlink.authz
 # restricted; input is read through references and data by key. Nothing
 # needs precomputing: the one derived list, a tenant's image prefixes, is
 # built once per decision from that tenant's entry alone.
+
+# Both rules' messages: what authz.rego (or a policy directory's replacement
+# of it) adds to violations.
+_interlink_violations contains msg if {
+	some msg in _restricted_annotations_violations
+}
+
+_interlink_violations contains msg if {
+	some msg in _images_violations
+}
 
 # ---------------------------------------------------------------------------
 # 6a. Restricted annotations
@@ -39,7 +50,7 @@ package interlink.authz
 # in their batch.kubernetes.io/job-completion-index annotation. Data cannot
 # add keys for the same reason; a key this policy does not know is refused
 # (see below) rather than silently left unchecked.
-_interlink_violations contains msg if {
+_restricted_annotations_violations contains msg if {
 	input.operation == "create"
 	v := input.pod.metadata.annotations["slurm-job.vk.io/pre-exec"]
 	not _restricted_allowed("slurm-job.vk.io/pre-exec")
@@ -47,14 +58,14 @@ _interlink_violations contains msg if {
 	msg := _restricted_annotation_message("slurm-job.vk.io/pre-exec")
 }
 
-_interlink_violations contains msg if {
+_restricted_annotations_violations contains msg if {
 	input.operation == "create"
 	_ = input.pod.metadata.annotations["slurm-job.vk.io/mpi-flags"]
 	not _restricted_allowed("slurm-job.vk.io/mpi-flags")
 	msg := _restricted_annotation_message("slurm-job.vk.io/mpi-flags")
 }
 
-_interlink_violations contains msg if {
+_restricted_annotations_violations contains msg if {
 	input.operation == "create"
 	_ = input.pod.metadata.annotations["interlink.eu/wstunnel-client-commands"]
 	not _restricted_allowed("interlink.eu/wstunnel-client-commands")
@@ -62,7 +73,7 @@ _interlink_violations contains msg if {
 	msg := _restricted_annotation_message("interlink.eu/wstunnel-client-commands")
 }
 
-_interlink_violations contains msg if {
+_restricted_annotations_violations contains msg if {
 	input.operation == "create"
 	_ = input.pod.metadata.annotations["interlink.eu/pod-ip"]
 	not input.hpc.pod_ip.valid == true
@@ -114,7 +125,10 @@ _configured_names(key, kind) := [n | ns := data.interlink.restricted_annotations
 
 # The keys restricted above; authz.rego's fast path and _precompute read this
 # file's documents (_restricted_annotation_keys, _unknown_restricted_keys) so
-# that what it proves is what these rules check.
+# that what it proves is what these rules check: each subject profile lists the
+# keys restricted_annotations grants it (_pre_restricted_allows, as
+# _restricted_allowed), and _fast_hpc_proved checks the annotations above
+# against it.
 _restricted_annotation_keys := {
 	"slurm-job.vk.io/flags", "slurm-job.vk.io/pre-exec", "slurm-job.vk.io/mpi-flags",
 	"interlink.eu/wstunnel-client-commands", "interlink.eu/pod-ip",
@@ -130,7 +144,7 @@ _unknown_restricted_keys contains key if {
 
 # A key the admin meant to restrict must not go unenforced: every create is
 # refused until it is removed (or checked by a policy of one's own).
-_interlink_violations contains msg if {
+_restricted_annotations_violations contains msg if {
 	input.operation == "create"
 	some key in _unknown_restricted_keys
 	msg := sprintf("data.interlink.restricted_annotations names %q, which the default policy cannot restrict (it restricts %s): remove it, or check it in a policy of your own", [key, concat(", ", sort(_restricted_annotation_keys))])
@@ -149,7 +163,7 @@ _interlink_violations contains msg if {
 # registry.example.org/x but neither registry.example.org.evil.com/x nor
 # registry.example.org:5000/x, and "docker.io/library/busybox" matches
 # busybox:1.36 but not busybox-evil. An empty list allows no image.
-_interlink_violations contains msg if {
+_images_violations contains msg if {
 	input.operation == "create"
 	_ = data.interlink.image_registries
 	prefixes := _image_prefixes

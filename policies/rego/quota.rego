@@ -1,6 +1,6 @@
 package interlink.authz
 
-# Rule 7: tenant offload quotas. A tenant's quota is its OffloadTenant object
+# Quota (policies/rules/quota): tenant offload quotas. A tenant's quota is its OffloadTenant object
 # (sar-bridge.io/v1alpha1: spec.hard, spec.nodes) and its usage the object's
 # ledger (status.used): what the bridges charged, not what happens to be bound.
 # sar-bridge puts both in the input, only for a create of a tenant with a quota

@@ -1,10 +1,10 @@
 // Command bench-http is hack/bench-http.sh's helper (make bench-http): it writes the
-// request bodies of the two workloads, serves the bare Go floor, checks that the bridge
-// and the OPA server give the same answers, and prints the tables. It lives in the test
+// request bodies of the workloads and the policy data, serves the bare Go floor, checks
+// that the bridge and the OPA server give the same answers, and prints the tables. It lives in the test
 // module for client-go; it is not a test and asserts nothing about speed.
 //
 //	bench-http ports N                       print N free loopback ports
-//	bench-http prepare --kubeconfig F --out DIR
+//	bench-http prepare --kubeconfig F --out DIR --policy-data F
 //	bench-http floor --listen ADDR
 //	bench-http wait URL...                   until each answers (any HTTP status)
 //	bench-http check --bodies DIR --bridge URL --opa URL --floor URL
@@ -42,6 +42,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sar-bridge/sar-bridge/policies"
 )
@@ -53,6 +54,7 @@ const Placeholder = "@I@"
 var workloads = []struct{ name, title string }{
 	{"distinct", "distinct specs: every request a new pod name and memory request, one service account (review cache hits)"},
 	{"arrayjob", "array job: 1,000 pods that differ only in name, uid and completion index, cycled"},
+	{"hpc", "HPC pods: sbatch flags with values, a flavor and a GPU, a bind mount, a uid of the tenant's (its HPC settings in the policy data); distinct specs"},
 }
 
 func main() {
@@ -113,7 +115,7 @@ func ports(args []string) error {
 // --- prepare ---------------------------------------------------------------------
 
 type prepareConfig struct {
-	kubeconfig, out                  string
+	kubeconfig, out, policyData      string
 	namespace, serviceAccount, group string
 	tenantLabel, node                string
 }
@@ -128,7 +130,8 @@ func prepare(args []string) error {
 	var c prepareConfig
 	fs := flag.NewFlagSet("prepare", flag.ContinueOnError)
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "admin kubeconfig")
-	fs.StringVar(&c.out, "out", "", "directory for the body templates")
+	fs.StringVar(&c.out, "out", "", "directory for the body templates and policy-data.json")
+	fs.StringVar(&c.policyData, "policy-data", "", "the cluster's policy data (YAML or JSON), to which policy-data.json adds the tenant's HPC settings")
 	fs.StringVar(&c.namespace, "namespace", "team-a", "the pods' namespace")
 	fs.StringVar(&c.serviceAccount, "service-account", "runner", "the pods' service account")
 	fs.StringVar(&c.group, "group", "interlink.io", "the API group the namespace's tenant maps to (the bridge's --openshift.mappings)")
@@ -137,8 +140,8 @@ func prepare(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if c.kubeconfig == "" || c.out == "" {
-		return errors.New("--kubeconfig and --out are required")
+	if c.kubeconfig == "" || c.out == "" || c.policyData == "" {
+		return errors.New("--kubeconfig, --out and --policy-data are required")
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
 	if err != nil {
@@ -193,6 +196,9 @@ func prepare(args []string) error {
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		return err
 	}
+	if err := writePolicyData(c.policyData, filepath.Join(c.out, "policy-data.json"), "system:serviceaccounts:"+c.namespace, tenant); err != nil {
+		return err
+	}
 	for _, w := range workloads {
 		p := pod(w.name, c, tenant)
 		bridgeInput := map[string]any{"operation": "create", "pod": p}
@@ -219,6 +225,59 @@ func prepare(args []string) error {
 		}
 	}
 	return nil
+}
+
+// writePolicyData writes the cluster's policy data with what the hpc workload's pods need,
+// as a site running SLURM jobs would configure it: restricted_annotations grants
+// slurm-job.vk.io/flags to group too, and the tenant has HPC settings (partitions,
+// flavors, runtime options, a scratch prefix, id ranges) but no defaults (account, uid),
+// so that the other workloads' decisions are unchanged.
+func writePolicyData(in, out, group, tenant string) error {
+	b, err := os.ReadFile(in)
+	if err != nil {
+		return err
+	}
+	var data map[string]any
+	if err := yaml.Unmarshal(b, &data); err != nil {
+		return fmt.Errorf("%s: %w", in, err)
+	}
+	interlink, _ := data["interlink"].(map[string]any)
+	if interlink == nil {
+		interlink = map[string]any{}
+		data["interlink"] = interlink
+	}
+	restricted, _ := interlink["restricted_annotations"].(map[string]any)
+	if restricted == nil {
+		restricted = map[string]any{}
+		interlink["restricted_annotations"] = restricted
+	}
+	flags, _ := restricted["slurm-job.vk.io/flags"].(map[string]any)
+	if flags == nil {
+		flags = map[string]any{"users": []any{}}
+		restricted["slurm-job.vk.io/flags"] = flags
+	}
+	groups, _ := flags["groups"].([]any)
+	flags["groups"] = append(groups, group)
+	if _, ok := interlink["hpc"]; ok {
+		return fmt.Errorf("%s already has interlink.hpc: the hpc workload sets its own", in)
+	}
+	interlink["hpc"] = map[string]any{
+		"auto_flavors": []any{"gpu"},
+		"tenants": map[string]any{tenant: map[string]any{
+			"sbatch_options":      []any{"--job-name", "--time"},
+			"partitions":          []any{"cpu", "gpu"},
+			"flavors":             []any{"default", "gpu"},
+			"singularity_options": []any{"--bind", "--nv"},
+			"mount_prefixes":      []any{"/scratch/" + tenant},
+			"uid_ranges":          []any{[]any{20000, 20999}},
+			"gid_ranges":          []any{[]any{20000, 20999}},
+		}},
+	}
+	j, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(out, j, 0o644)
 }
 
 // ensureNode creates the tenant's virtual node (as interLink's Virtual Kubelet registers
@@ -256,14 +315,15 @@ func nodeInput(node *corev1.Node) map[string]any {
 // bound to it. In "distinct" the number goes into the name, uid, a label and the memory
 // request (a field the default policy reads, so no two requests share an input the
 // policy can see); in "arrayjob" only into the name, uid and completion index, as for
-// the pods of one indexed Job.
+// the pods of one indexed Job. "hpc" is "distinct" with what SLURM users add: sbatch
+// flags with values, a flavor and a GPU limit, a bind mount, a uid and gid.
 func pod(workload string, c prepareConfig, tenant string) map[string]any {
 	memory := "256Mi"
 	prefix := "array-"
-	if workload == "distinct" {
+	if workload != "arrayjob" {
 		memory, prefix = Placeholder, "pod-"
 	}
-	return map[string]any{
+	p := map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Pod",
 		"metadata": map[string]any{
@@ -301,6 +361,18 @@ func pod(workload string, c prepareConfig, tenant string) map[string]any {
 			},
 		},
 	}
+	if workload == "hpc" {
+		metadata := p["metadata"].(map[string]any)
+		annotations := metadata["annotations"].(map[string]any)
+		annotations["slurm-job.vk.io/flags"] = "--cpus-per-task=4 --time=01:00:00 --partition=gpu"
+		annotations["slurm-job.vk.io/flavor"] = "gpu"
+		annotations["slurm-job.vk.io/singularity-mounts"] = "--bind /scratch/" + tenant + "/data:/data"
+		spec := p["spec"].(map[string]any)
+		spec["securityContext"] = map[string]any{"runAsUser": 20042, "runAsGroup": 20042}
+		main := spec["containers"].([]any)[0].(map[string]any)
+		main["resources"].(map[string]any)["limits"] = map[string]any{"nvidia.com/gpu": "1"}
+	}
+	return p
 }
 
 // numberPlaceholder stands for Placeholder where the number goes in unquoted.
@@ -310,10 +382,19 @@ const numberPlaceholder = "@NUMBER@"
 // (policies.PodResources): the amounts as numbers, largest per resource.
 func podResources(workload string) map[string]any {
 	var memory any = 268435456 // 256Mi
-	if workload == "distinct" {
+	if workload != "arrayjob" {
 		memory = numberPlaceholder // the request's number, in bytes
 	}
 	amounts := map[string]any{"cpu": 0.5, "memory": memory}
+	if workload == "hpc" {
+		// A GPU limit: the container sets a limit, so no default limits apply.
+		largest := map[string]any{"cpu": 0.5, "memory": memory, "nvidia.com/gpu": 1}
+		return map[string]any{
+			"containers": []any{map[string]any{"name": "main", "limits": map[string]any{"nvidia.com/gpu": 1}, "requests": amounts}},
+			"largest":    largest,
+			"unlimited":  []any{},
+		}
+	}
 	return map[string]any{
 		"containers": []any{map[string]any{"name": "main", "limits": map[string]any{}, "requests": amounts}},
 		"largest":    amounts,
@@ -582,6 +663,9 @@ func report(args []string) error {
 		{"bridge", "sar-bridge (default logging)"},
 	}
 	for _, w := range workloads {
+		if !slices.ContainsFunc(runs, func(r run) bool { return r.workload == w.name }) {
+			continue // not run (WORKLOADS)
+		}
 		fmt.Printf("\n%s\n\n", w.title)
 		fmt.Printf("| %-46s | %12s | %9s | %9s | %11s | %12s |\n", "target", "req/s (32 c)", "p50", "p99", "req/s (1 c)", "CPU µs/req")
 		fmt.Printf("|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 48), strings.Repeat("-", 14), strings.Repeat("-", 11), strings.Repeat("-", 11), strings.Repeat("-", 13), strings.Repeat("-", 14))
