@@ -322,6 +322,16 @@ func admissionRBAC(t *testing.T) []*unstructured.Unstructured {
 	return cluster.Filter(objs, func(o *unstructured.Unstructured) bool { return o.GetName() == "sar-bridge-admission" })
 }
 
+// applyAdmissionRBAC applies the webhooks' RBAC for one test and deletes it at its end.
+func applyAdmissionRBAC(t *testing.T) {
+	t.Helper()
+	rbac := admissionRBAC(t)
+	if err := suite.cluster.Apply(context.Background(), rbac); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = suite.cluster.Delete(context.Background(), rbac) })
+}
+
 // wantDenied checks kubectl's failure: the webhook's name and exactly the bridge's reason.
 func wantDenied(t *testing.T, what string, stderr string, code int, hook, reason string) {
 	t.Helper()
@@ -363,12 +373,8 @@ func TestAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rbac := admissionRBAC(t)
-	if err := c.Apply(ctx, rbac); err != nil {
-		t.Fatal(err)
-	}
+	applyAdmissionRBAC(t)
 	t.Cleanup(func() {
-		_ = c.Delete(context.Background(), rbac)
 		// Pods go with the namespace (no controller deletes them here; they are inert).
 		_ = c.Delete(context.Background(), cluster.Filter(fixtures, cluster.SkipKinds("Namespace")))
 	})

@@ -140,12 +140,8 @@ func TestHPCRunAsUserModification(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fixtures: %v", err)
 	}
-	rbac := admissionRBAC(t)
-	if err := c.Apply(ctx, rbac); err != nil {
-		t.Fatal(err)
-	}
+	applyAdmissionRBAC(t)
 	t.Cleanup(func() {
-		_ = c.Delete(context.Background(), rbac)
 		_ = c.Delete(context.Background(), cluster.Filter(fixtures, cluster.SkipKinds("Namespace")))
 	})
 	offload := authorizationv1.ResourceAttributes{Namespace: modsNS, Verb: "create", Group: "interlink.io", Resource: "pods"}

@@ -210,11 +210,7 @@ func TestHPCThroughTheWebhooks(t *testing.T) {
 	ctx := context.Background()
 	c := suite.cluster
 	applyHPCFixtures(t)
-	rbac := admissionRBAC(t)
-	if err := c.Apply(ctx, rbac); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), rbac) })
+	applyAdmissionRBAC(t)
 	carol := certUser(t, "carol")
 
 	ca, certFile, keyFile := webhookServing(t, "e2e-hpc CA")

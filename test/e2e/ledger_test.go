@@ -744,12 +744,8 @@ subjects:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rbac := admissionRBAC(t)
-	if err := c.Apply(ctx, rbac); err != nil {
-		t.Fatal(err)
-	}
+	applyAdmissionRBAC(t)
 	t.Cleanup(func() {
-		_ = c.Delete(context.Background(), rbac)
 		_ = c.Delete(context.Background(), grants)
 	})
 	for _, attrs := range []authorizationv1.ResourceAttributes{

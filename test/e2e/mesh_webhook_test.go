@@ -214,11 +214,7 @@ func storedMeshWHPod(t *testing.T, name string) *corev1.Pod {
 func TestMeshWebhook(t *testing.T) {
 	ctx := context.Background()
 	applyMeshWHFixtures(t)
-	rbac := admissionRBAC(t)
-	if err := suite.cluster.Apply(ctx, rbac); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = suite.cluster.Delete(context.Background(), rbac) })
+	applyAdmissionRBAC(t)
 	erin := certUser(t, "erin")
 	lookalike := saUser(t, meshWHNS, "vk") // the VK's name, in the tenant's namespace
 	vkUser := sa(meshWHVKNS, "vk")
