@@ -202,7 +202,8 @@ func newDecisionCore(ctx context.Context, o decisionOptions, use coreUse, reg pr
 	if err != nil {
 		return nil, fmt.Errorf("loading policies: %w", err)
 	}
-	opa, err := o.opa.start(ctx, evaluator, reg, logger)
+	// A one-shot command works in a copy of the server's persistence directory.
+	opa, err := o.opa.start(ctx, evaluator, !use.serving(), reg, logger)
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ func (o *opaPluginOptions) addFlags(fs *flag.FlagSet) {
 // start runs OPA's plugins when --config-file is set and waits for the bundles'
 // first activation: a bridge that decided with the embedded policy while a site's
 // bundle is on its way could allow what the bundle refuses. nil when not set.
-func (o opaPluginOptions) start(ctx context.Context, target *policies.Reloader, reg prometheus.Registerer, logger log.Logger) (*opaplugins.Plugins, error) {
+func (o opaPluginOptions) start(ctx context.Context, target *policies.Reloader, privateCopy bool, reg prometheus.Registerer, logger log.Logger) (*opaplugins.Plugins, error) {
 	if o.configFile == "" {
 		return nil, nil
 	}
@@ -39,7 +39,7 @@ func (o opaPluginOptions) start(ctx context.Context, target *policies.Reloader, 
 	if err != nil {
 		return nil, err
 	}
-	p, err := opaplugins.Start(ctx, opaplugins.Options{Config: raw, ID: o.id, Target: target, Logger: logger, Registerer: reg})
+	p, err := opaplugins.Start(ctx, opaplugins.Options{Config: raw, ID: o.id, Target: target, Logger: logger, Registerer: reg, PrivateCopy: privateCopy})
 	if err != nil {
 		return nil, err
 	}

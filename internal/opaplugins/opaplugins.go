@@ -14,8 +14,12 @@ package opaplugins
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/go-kit/log"
@@ -51,6 +55,12 @@ type Options struct {
 	// Registerer receives the plugins' metrics (the status plugin's with
 	// status.prometheus: true).
 	Registerer prometheus.Registerer
+	// PrivateCopy runs the plugins in a copy of the configuration's persistence
+	// directory, removed by Stop: a one-shot command given a server's configuration
+	// starts from the bundles the server persisted (so it decides by what the server
+	// last activated) but never writes where the server writes, nor reads OPA's OCI
+	// download cache there, which a write cut short leaves broken.
+	PrivateCopy bool
 }
 
 // Plugins is the running plugin manager.
@@ -59,12 +69,13 @@ type Plugins struct {
 	logger     log.Logger
 	activation *activation
 	bundles    bool         // bundles are configured: readiness waits for their activation
+	privateDir string       // PrivateCopy's persistence directory; "" when none
 	logs       *logs.Plugin // nil: decision_logs not configured
 }
 
 // Start parses the configuration, starts the plugins it turns on and returns at
 // once; bundles are downloaded in the background (Ready, WaitReady).
-func Start(ctx context.Context, opts Options) (*Plugins, error) {
+func Start(ctx context.Context, opts Options) (_ *Plugins, err error) {
 	if opts.Target == nil {
 		return nil, errors.New("opaplugins: no target for bundles")
 	}
@@ -92,7 +103,18 @@ func Start(ctx context.Context, opts Options) (*Plugins, error) {
 	if id == "" {
 		id = uuid.NewString() // as OPA's runtime does
 	}
-	m, err := plugins.New(opts.Config, id, store, managerOpts...)
+	config, privateDir := opts.Config, ""
+	if opts.PrivateCopy {
+		if config, privateDir, err = withPrivatePersistence(config); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if err != nil {
+			removeDir(privateDir)
+		}
+	}()
+	m, err := plugins.New(config, id, store, managerOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("OPA configuration: %w", err)
 	}
@@ -102,17 +124,29 @@ func Start(ctx context.Context, opts Options) (*Plugins, error) {
 	if m.Config.Bundle != nil { //nolint:staticcheck // the deprecated key is refused, not read
 		return nil, errors.New(`OPA configuration: "bundle" is OPA's deprecated single-bundle key; use "bundles"`)
 	}
-	p := &Plugins{manager: m, logger: logger, activation: &activation{target: opts.Target, logger: logger}}
+	p := &Plugins{manager: m, logger: logger, activation: &activation{target: opts.Target, logger: logger}, privateDir: privateDir}
 	if err := p.register(); err != nil {
 		return nil, err
 	}
 	activators.add(store, p.activation)
-	if err := m.Start(ctx); err != nil {
+	if err := startManager(ctx, m); err != nil {
 		activators.remove(store)
 		return nil, fmt.Errorf("starting OPA's plugins: %w", err)
 	}
 	level.Info(logger).Log("component", "opa-plugins", "msg", "OPA plugins started", "plugins", fmt.Sprint(m.Plugins()))
 	return p, nil
+}
+
+// startManager starts the plugins. OPA's bundle plugin panics on some broken persisted
+// copies (an empty OCI index in the persistence directory): that is an error of the
+// configuration's directory, never a crash.
+func startManager(ctx context.Context, m *plugins.Manager) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v (is a bundle's persisted copy under persistence_directory broken?)", r)
+		}
+	}()
+	return m.Start(ctx)
 }
 
 // register creates the bundle, decision log and status plugins the configuration
@@ -125,6 +159,7 @@ func (p *Plugins) register() error {
 	if err != nil {
 		return fmt.Errorf("OPA configuration, bundles: %w", err)
 	}
+
 	var names []string
 	if bundles != nil {
 		names = append(names, bundleplugin.Name)
@@ -202,4 +237,69 @@ func (p *Plugins) notActivated() string {
 func (p *Plugins) Stop(ctx context.Context) {
 	p.manager.Stop(ctx)
 	activators.remove(p.manager.Store)
+	removeDir(p.privateDir)
+}
+
+// withPrivatePersistence is config with persistence_directory set to a new temporary
+// directory, which it returns, holding a copy of the configured one's persisted bundles
+// (bundles/; not OPA's OCI download cache, oci/).
+func withPrivatePersistence(config []byte) (_ []byte, dir string, err error) {
+	var doc map[string]any
+	if err := json.Unmarshal(config, &doc); err != nil {
+		return nil, "", fmt.Errorf("OPA configuration: %w", err)
+	}
+	if dir, err = os.MkdirTemp("", "sar-bridge-opa-*"); err != nil {
+		return nil, "", fmt.Errorf("OPA plugins' persistence directory: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			removeDir(dir)
+		}
+	}()
+	if from, ok := doc["persistence_directory"].(string); ok && from != "" {
+		if err := copyTree(filepath.Join(from, "bundles"), filepath.Join(dir, "bundles")); err != nil {
+			return nil, "", fmt.Errorf("copying the persisted bundles of %s: %w", from, err)
+		}
+	}
+	doc["persistence_directory"] = dir
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return nil, "", fmt.Errorf("OPA configuration: %w", err)
+	}
+	return out, dir, nil
+}
+
+// copyTree copies the regular files under from to to; a missing from copies nothing.
+func copyTree(from, to string) error {
+	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(to, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, 0o700)
+		case !d.Type().IsRegular():
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o600)
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func removeDir(dir string) {
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+	}
 }

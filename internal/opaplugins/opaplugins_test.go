@@ -11,8 +11,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -514,4 +517,79 @@ func TestBoundDecisionLogBuffer(t *testing.T) {
 	if _, err := boundDecisionLogBuffer([]byte(`[1]`)); err == nil {
 		t.Error("a decision_logs that is not an object was taken")
 	}
+}
+
+// PrivateCopy starts from a copy of the persistence directory: a bundle persisted there
+// activates (with its server down), and nothing is written where the server writes.
+func TestPrivateCopy(t *testing.T) {
+	key := newSigner(t, "site-key")
+	srv := &bundleServer{}
+	srv.set(siteBundle(t, key, "r1"))
+	hs := httptest.NewServer(srv)
+	dir := t.TempDir()
+	raw := config(t, hs.URL, key, dir)
+	first := newReloader(t)
+	p := start(t, raw, first, &testWriter{})
+	waitRevision(t, first, "r1")
+	p.Stop(context.Background())
+	hs.Close()
+	before := dirListing(t, dir)
+
+	oneShot := newReloader(t)
+	p, err := Start(context.Background(), Options{Config: raw, Target: oneShot, PrivateCopy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitReady(context.Background(), 30*time.Second); err != nil {
+		t.Fatalf("the persisted bundle did not activate from the copy: %v", err)
+	}
+	waitRevision(t, oneShot, "r1")
+	private := p.privateDir
+	p.Stop(context.Background())
+	if after := dirListing(t, dir); after != before {
+		t.Errorf("the persistence directory changed:\n%s\nthen\n%s", before, after)
+	}
+	if _, err := os.Stat(private); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the private copy %s is left after Stop (%v)", private, err)
+	}
+}
+
+// A broken copy in the persistence directory (OPA's OCI store with an empty index, as
+// a write cut short leaves it) is an error of Start, never a panic.
+func TestBrokenOCIStoreIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "oci"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "oci", "index.json"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	raw := []byte(fmt.Sprintf(`{"services": {"reg": {"url": "http://127.0.0.1:1", "type": "oci"}},
+		"bundles": {"site": {"service": "reg", "resource": "127.0.0.1:1/site:v1", "persist": true}},
+		"persistence_directory": %q}`, dir))
+	_, err := Start(context.Background(), Options{Config: raw, Target: newReloader(t)})
+	if err == nil || !strings.Contains(err.Error(), "starting OPA's plugins: panic: ") || !strings.Contains(err.Error(), "persisted copy") {
+		t.Fatalf("Start = %v, want an error naming the panic", err)
+	}
+}
+
+// dirListing is every path under dir with its size, one a line.
+func dirListing(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %d\n", path, info.Size())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
