@@ -385,3 +385,44 @@ func TestRead(t *testing.T) {
 		})
 	}
 }
+
+// fixed answers every evaluation with one result.
+type fixed struct{ result ast.Value }
+
+func (f fixed) EvalValue(context.Context, []string, ast.Value, policies.Memo) (policies.Result, error) {
+	return policies.Result{Value: f.result, Defined: true}, nil
+}
+
+// TestBlameByRule: a result whose violations name their rules (issue 42's decision
+// document) is counted by rule, deny-action ones only; warn and audit do not deny.
+func TestBlameByRule(t *testing.T) {
+	input := json.RawMessage(`{"operation": "create", "tenant": "t1", "pod": {"metadata": {"namespace": "ns", "name": "p"}}}`)
+	allowedWarned := `{"allowed": true, "reason": "ok", "violations": [{"rule": "site.gpu", "message": "label it", "action": "warn"}]}`
+	denied := ast.MustParseTerm(`{"allowed": false, "reason": "label it; too big", "violations": [
+		{"rule": "site.gpu", "message": "label it", "action": "deny"},
+		{"rule": "caps", "message": "too big", "action": "deny"},
+		{"rule": "images", "message": "unpinned", "action": "audit"}]}`).Value
+	ev := Event{DecisionID: "x", Path: "interlink/authz/decision", Input: input, Result: json.RawMessage(allowedWarned)}
+	r := Run(context.Background(), []Event{ev}, fixed{denied}, Options{})
+	if len(r.Flipped) != 1 || !reflect.DeepEqual(r.Flipped[0].Rules, []string{"caps", "site.gpu"}) {
+		t.Fatalf("flipped %+v", r.Flipped)
+	}
+	want := map[string]Count{"caps": {ToDenied: 1}, "site.gpu": {ToDenied: 1}}
+	if !reflect.DeepEqual(r.ByRule, want) || r.ByTenant["t1"] != (Count{ToDenied: 1}) {
+		t.Errorf("by rule %v, by tenant %v", r.ByRule, r.ByTenant)
+	}
+	var text bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"    was: site.gpu (warn): label it\n", "    now: caps: too big\n", "    now: images (audit): unpinned\n", "ns/p (tenant t1, create, decision x): allowed → denied\n"} {
+		if !strings.Contains(text.String(), line) {
+			t.Errorf("the report lacks %q:\n%s", line, text.String())
+		}
+	}
+	// The same answer again is no flip.
+	ev.Result = json.RawMessage(`{"allowed": false, "reason": "other words", "violations": []}`)
+	if r := Run(context.Background(), []Event{ev}, fixed{denied}, Options{}); len(r.Flipped) != 0 || r.Unchanged != 1 {
+		t.Errorf("denied → denied: %+v", r)
+	}
+}
