@@ -19,6 +19,8 @@ type command func(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 var commands = map[string]command{
 	"check":           app.Check,          // decide pods from a terminal, as the server would
 	"who-can":         app.WhoCan,         // who may offload where
+	"replay":          app.Replay,         // re-decide recorded decision logs with a candidate policy
+	"test":            app.Test,           // a policy directory's Rego tests and samples, offline
 	"discovery":       app.Discovery,      // CRDs that make kubectl auth can-i truthful
 	"helm-postrender": app.HelmPostRender, // add the bridge to interLink's chart
 	"ledger-marks":    app.LedgerMarks,    // the admission policy that keeps the ledger's pod marks to it

@@ -39,6 +39,8 @@ tenant isolation, modifications).
 Usage: sar-bridge [flags]                serve (the default)
        sar-bridge check -f FILE [flags]   decide pods from a terminal, as the server would
        sar-bridge who-can [flags]         list who may offload where
+       sar-bridge replay [flags] [FILE]   re-decide recorded decision logs with a candidate policy
+       sar-bridge test [flags] DIR        run a policy directory's Rego tests and samples offline
        sar-bridge discovery --group G     CRDs that make kubectl auth can-i truthful
        sar-bridge helm-postrender [flags] add the bridge to interLink's chart (Helm post-renderer)
        sar-bridge ledger-marks            the admission policy that keeps the quota ledger's pod marks to it

@@ -205,7 +205,7 @@ func (a *Authorizer) decidePod(ctx context.Context, r Request) (d Decision, err 
 	} else {
 		nodeVal = nodeValue(req.NodeName, nil)
 	}
-	in := withMembers(req.input,
+	in := withMembers(req.input, append([][2]*ast.Term{
 		ast.Item(key("operation"), ast.StringTerm(req.Operation)),
 		ast.Item(key("subject"), ast.NewTerm(subjectValue(subject))),
 		ast.Item(key("tenant"), ast.StringTerm(t.tenant)),
@@ -214,10 +214,7 @@ func (a *Authorizer) decidePod(ctx context.Context, r Request) (d Decision, err 
 		ast.Item(key("namespace"), ast.NewTerm(nsValue)),
 		ast.Item(key("node"), ast.NewTerm(nodeVal)),
 		ast.Item(key("review"), ast.NewTerm(t.summary.value())),
-		ast.Item(key("resources"), ast.NewTerm(req.derived.resources)),
-		ast.Item(key("tolerations"), ast.NewTerm(req.derived.tolerations)),
-		ast.Item(key("hpc"), ast.NewTerm(hpc)),
-	)
+	}, req.derivedMembers(hpc)...)...)
 	if a.cfg.DecisionLog != nil {
 		defer func() { a.logDecision(ctx, rec, path, in, d, err) }()
 	}

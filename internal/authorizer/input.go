@@ -91,6 +91,31 @@ func decodePodInput(raw []byte, specs podSpecs) (podRequest, error) {
 	return req, nil
 }
 
+// derivedMembers are the input members the bridge derives from the pod (and, for
+// input.hpc, from who wrote its annotations): input.resources, input.tolerations and
+// input.hpc, as decidePod adds them and DerivedInput shows them.
+func (req podRequest) derivedMembers(hpc ast.Value) [][2]*ast.Term {
+	return [][2]*ast.Term{
+		ast.Item(key("resources"), ast.NewTerm(req.derived.resources)),
+		ast.Item(key("tolerations"), ast.NewTerm(req.derived.tolerations)),
+		ast.Item(key("hpc"), ast.NewTerm(hpc)),
+	}
+}
+
+// DerivedInput is a pod decision's input with what the bridge derives from its pod
+// (input.resources, input.tolerations, input.hpc), checked and built by the decision's
+// own code: what `sar-bridge test` evaluates a sample with, so a sample sees the
+// input the server builds. Members the server reads from the cluster (review,
+// namespace, node, tenant, quota) are the caller's, as given; input.hpc.writers, which
+// needs the live pod, is left out.
+func DerivedInput(raw []byte) (ast.Object, error) {
+	req, err := decodePodInput(raw, newPodSpecs())
+	if err != nil {
+		return nil, err
+	}
+	return withMembers(req.input, req.derivedMembers(req.hpc)...), nil
+}
+
 // podType is a Pod's shape, for checking a pod as strict decoding would decode it.
 var podType = func() *strictjson.Type {
 	t, err := strictjson.For(reflect.TypeFor[corev1.Pod]())

@@ -269,7 +269,7 @@ func startMaskLogs(t *testing.T, w *testWriter) (*Plugins, *logReceiver) {
 		t.Fatal(err)
 	}
 	// A fixed ID: a random one is hex that could hold a short secret such as "abc".
-	p, err := Start(context.Background(), Options{Config: raw, ID: "mask-test", Target: newReloader(t), Logger: log.NewLogfmtLogger(w)})
+	p, err := Start(context.Background(), Options{Config: raw, ID: "mask-test", Target: newReloader(t), Logger: log.NewLogfmtLogger(w), Console: w})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,6 +333,20 @@ func TestDefaultMask(t *testing.T) {
 				t.Fatal(err)
 			}
 			line := consoleLine(t, console, id)
+			// The console's event is the uploaded one, input and result included (a logfmt
+			// line would say "unsupported value type").
+			var printed map[string]any
+			if err := json.Unmarshal([]byte(line), &printed); err != nil {
+				t.Fatalf("the console line is not one JSON object: %v: %s", err, line)
+			}
+			for _, member := range []string{"input", "result", "masked", "erased", "labels"} {
+				if !reflect.DeepEqual(printed[member], e[member]) {
+					t.Errorf("the console's %s = %v, the uploaded event's %v", member, printed[member], e[member])
+				}
+			}
+			if printed["msg"] != "Decision Log" || printed["type"] != "openpolicyagent.org/decision_logs" {
+				t.Errorf("the console line is not OPA's decision log line: %s", line)
+			}
 			for _, s := range tc.secrets {
 				if strings.Contains(string(raw), s) {
 					t.Errorf("the uploaded event holds %q: %s", s, raw)
@@ -375,7 +389,7 @@ func consoleLine(t *testing.T, w *testWriter, id string) string {
 	for {
 		lines, _ := w.since(0)
 		for _, l := range lines {
-			if strings.Contains(l, "decision_id="+id+" ") && strings.Contains(l, "Decision Log") {
+			if strings.Contains(l, `"decision_id":"`+id+`"`) && strings.Contains(l, "Decision Log") {
 				return l
 			}
 		}

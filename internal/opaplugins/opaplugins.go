@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -61,6 +62,10 @@ type Options struct {
 	// last activated) but never writes where the server writes, nor reads OPA's OCI
 	// download cache there, which a write cut short leaves broken.
 	PrivateCopy bool
+	// Console receives the decision log events of decision_logs.console, one JSON
+	// object a line in OPA's format whatever the bridge's log format (console.go);
+	// nil: os.Stderr.
+	Console io.Writer
 }
 
 // Plugins is the running plugin manager.
@@ -91,7 +96,7 @@ func Start(ctx context.Context, opts Options) (_ *Plugins, err error) {
 	}
 	managerOpts := []func(*plugins.Manager){
 		plugins.Logger(opaLogger),
-		plugins.ConsoleLogger(opaLogger.WithFields(map[string]any{"decision_logs": "console"})),
+		plugins.ConsoleLogger(newConsoleLogger(opts.Console)),
 		plugins.WithParserOptions(ast.ParserOptions{RegoVersion: ast.RegoV1}),
 		plugins.WithEnableTelemetry(false),
 		plugins.InitFiles(mask),
