@@ -42,7 +42,7 @@ func NewNames(names ...string) Names {
 // top-level member's value and raw bytes. Keys found in names (which may be nil) share
 // its terms.
 func DecodeObject(data []byte, names Names) (obj ast.Object, fields map[string]Field, err error) {
-	if !json.Valid(data) {
+	if !Valid(data) {
 		var v any // let encoding/json name the syntax error
 		if err := json.Unmarshal(data, &v); err != nil {
 			return nil, nil, err
@@ -83,7 +83,7 @@ func (s *stacks) release() {
 	stacksPool.Put(s)
 }
 
-// decoder walks JSON already checked by json.Valid, so it only has to build values.
+// decoder walks JSON already checked by Valid, so it only has to build values.
 // Terms are cut from blocks rather than allocated one by one.
 type decoder struct {
 	data  []byte
@@ -294,7 +294,7 @@ func (d *decoder) number() ast.Value {
 // key, without decoding them: a request envelope whose one member of interest is
 // decoded later, once. A key given twice is an error.
 func Members(data []byte) (map[string][]byte, error) {
-	if !json.Valid(data) {
+	if !Valid(data) {
 		var v any // let encoding/json name the syntax error
 		if err := json.Unmarshal(data, &v); err != nil {
 			return nil, err

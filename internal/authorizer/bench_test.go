@@ -4,7 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/sar-bridge/sar-bridge/policies"
 )
 
 // BenchmarkDecide measures one pod decision end to end in process: with the review
@@ -23,6 +28,12 @@ func BenchmarkDecide(b *testing.B) {
 	for i := range interlink {
 		interlink[i] = json.RawMessage(interlinkPod(i))
 	}
+	// make bench-http's HPC pod: sbatch flags granted by restricted_annotations, a
+	// flavor and a GPU, a bind mount, a uid and gid of the tenant's (hpcPolicyData).
+	hpc := make([]json.RawMessage, 8192)
+	for i := range hpc {
+		hpc[i] = json.RawMessage(hpcPod(i))
+	}
 	arrayJob := make([]json.RawMessage, 1000)
 	for i := range arrayJob {
 		arrayJob[i] = json.RawMessage(arrayJobPod(i, "1"))
@@ -31,16 +42,29 @@ func BenchmarkDecide(b *testing.B) {
 		name           string
 		inputs         []json.RawMessage
 		reviewEachTime bool
+		data           string // policy data; "" for none
 	}{
-		{"cache-hit", distinct, false},
-		{"cache-hit/interlink-pod", interlink, false},
-		{"array-job", arrayJob, false},
-		{"review-each-time", distinct, true},
+		{"cache-hit", distinct, false, ""},
+		{"cache-hit/interlink-pod", interlink, false, ""},
+		{"cache-hit/hpc", hpc, false, hpcPolicyData},
+		{"array-job", arrayJob, false, ""},
+		{"review-each-time", distinct, true, ""},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			rev := &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}
 			t := &testing.T{}
 			a := newTestAuthorizer(t, Config{}, rev, newView())
+			if bc.data != "" {
+				dataFile := filepath.Join(b.TempDir(), "data.json")
+				if err := os.WriteFile(dataFile, []byte(bc.data), 0o600); err != nil {
+					b.Fatal(err)
+				}
+				eval, err := policies.New(context.Background(), policies.Options{DataFile: dataFile})
+				if err != nil {
+					b.Fatal(err)
+				}
+				a.evaluator = eval
+			}
 			if bc.reviewEachTime {
 				a.reviewer.allowedTTL = 0 // every decision asks the (fake) API
 			}
@@ -76,4 +100,24 @@ func interlinkPod(i int) string {
 			{"key": "virtual-node.interlink/no-schedule", "operator": "Exists", "effect": "NoSchedule"},
 			{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
 			{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]}}}`, 1+i)
+}
+
+// hpcPolicyData is what make bench-http adds to the policy data for its hpc workload
+// (test/cmd/bench-http): restricted_annotations grants slurm-job.vk.io/flags to the
+// tenant's service accounts, and the tenant has HPC settings.
+const hpcPolicyData = `{"interlink": {
+	"restricted_annotations": {"slurm-job.vk.io/flags": {"users": [], "groups": ["system:serviceaccounts:team-a"]}},
+	"hpc": {"auto_flavors": ["gpu"], "tenants": {"team-a": {
+		"sbatch_options": ["--job-name", "--time"], "partitions": ["cpu", "gpu"], "flavors": ["default", "gpu"],
+		"singularity_options": ["--bind", "--nv"], "mount_prefixes": ["/scratch/team-a"],
+		"uid_ranges": [[20000, 20999]], "gid_ranges": [[20000, 20999]]}}}}}`
+
+// hpcPod is interlinkPod with what SLURM users add, as make bench-http's hpc workload
+// sends it.
+func hpcPod(i int) string {
+	p := interlinkPod(i)
+	p = strings.Replace(p, `"annotations": {`, `"annotations": {"slurm-job.vk.io/flags": "--cpus-per-task=4 --time=01:00:00 --partition=gpu",
+		"slurm-job.vk.io/flavor": "gpu", "slurm-job.vk.io/singularity-mounts": "--bind /scratch/team-a/data:/data", `, 1)
+	p = strings.Replace(p, `"restartPolicy": "Never",`, `"restartPolicy": "Never", "securityContext": {"runAsUser": 20042, "runAsGroup": 20042},`, 1)
+	return strings.Replace(p, `"resources": {"requests"`, `"resources": {"limits": {"nvidia.com/gpu": "1"}, "requests"`, 1)
 }

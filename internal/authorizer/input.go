@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/lru"
 
 	k8sjson "sigs.k8s.io/json"
 
@@ -136,14 +137,21 @@ var inputNames = astjson.NewNames(append([]string{"operation", "pod", "user", "n
 // spec, and checking and deriving are most of a decision's cost when its policy
 // evaluation comes from the memo. Bounded by bytes (issue 31): a pod of 5,000
 // containers derives megabytes, and any user who may create a pod can send many.
+//
+// A spec is kept the second time it is seen, not the first (as the policy memo keeps
+// results): the pods of a Job repeat theirs at once, while distinct specs never
+// repeat, and keeping each of theirs only cost its size walk and insertion, grew the
+// heap the garbage collector walks and pushed out the specs that do repeat.
 type podSpecs struct {
 	valid *sizedlru.Cache[[sha256.Size]byte, podDerived]
+	seen  *lru.Cache // hashes of specs checked once and not kept
 }
 
 // Bounds of podSpecs: an ordinary pod derives 1-2 KiB, a pod of 600 containers about
 // 256 KiB; larger ones are derived again on every decision.
 const (
 	specCacheBytes      = 16 << 20
+	specsSeenOnce       = 4096 // hashes of specs seen once, 32 bytes each
 	specCacheEntryBytes = 256 << 10
 	derivedEntryBytes   = 128 // the entry and its key, besides the values
 )
@@ -160,7 +168,7 @@ func derive(pod ast.Value) podDerived {
 }
 
 func newPodSpecs() podSpecs {
-	return podSpecs{valid: sizedlru.New[[sha256.Size]byte, podDerived](specCacheBytes, specCacheEntryBytes)}
+	return podSpecs{valid: sizedlru.New[[sha256.Size]byte, podDerived](specCacheBytes, specCacheEntryBytes), seen: lru.New(specsSeenOnce)}
 }
 
 // size is what keeping d costs.
@@ -193,9 +201,20 @@ func (p podSpecs) decode(raw []byte, value ast.Value) (podIdentity, podDerived, 
 	}
 	derived := derive(value)
 	if hasSpec {
-		p.valid.Add(key, derived, derived.size())
+		p.keep(key, derived)
 	}
 	return podIdentityOf(value), derived, nil
+}
+
+// keep remembers a checked spec's derived values when the spec was checked before, and
+// otherwise that it was.
+func (p podSpecs) keep(key [sha256.Size]byte, derived podDerived) {
+	if _, again := p.seen.Get(key); !again {
+		p.seen.Add(key, struct{}{})
+		return
+	}
+	p.seen.Remove(key)
+	p.valid.Add(key, derived, derived.size())
 }
 
 // Paths of the pod fields the pipeline reads in Go.

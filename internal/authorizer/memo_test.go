@@ -114,8 +114,8 @@ func TestDecideSeesNewObjectVersions(t *testing.T) {
 	}
 }
 
-// TestPodSpecsDecodeOnce: a spec that was checked is not checked again, the rest of the
-// pod still is, with the same errors; a spec that failed is never remembered.
+// TestPodSpecsDecodeOnce: a spec checked twice is kept and not checked again, the rest
+// of the pod still is, with the same errors; a spec that failed is never remembered.
 func TestPodSpecsDecodeOnce(t *testing.T) {
 	specs := newPodSpecs()
 	const spec = `"spec": {"serviceAccountName": "runner", "nodeName": "vk-a", "containers": [{"name": "main"}]}`
@@ -124,8 +124,9 @@ func TestPodSpecsDecodeOnce(t *testing.T) {
 		wantErr   string
 		wantSpecs int
 	}{
-		{"first pod", `{"metadata": {"name": "a", "namespace": "team-a"}, ` + spec + `}`, "", 1},
+		{"first pod", `{"metadata": {"name": "a", "namespace": "team-a"}, ` + spec + `}`, "", 0},
 		{"same spec, other pod", `{"metadata": {"name": "b", "namespace": "team-a"}, ` + spec + `}`, "", 1},
+		{"same spec, third pod", `{"metadata": {"name": "b2", "namespace": "team-a"}, ` + spec + `}`, "", 1},
 		{"same spec, bad metadata", `{"metadata": {"name": 7, "namespace": "team-a"}, ` + spec + `}`, "metadata.name", 1},
 		{"same spec, unknown pod field", `{"metadata": {"name": "c"}, "Spec": {}, ` + spec + `}`, `unknown field "Spec"`, 1},
 		{"bad spec", `{"metadata": {"name": "d"}, "spec": {"bogus": 1}}`, `unknown field "spec.bogus"`, 1},
