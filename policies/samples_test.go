@@ -375,12 +375,20 @@ func BenchmarkPolicyHPC(b *testing.B) {
 }
 
 // TestRuleDirectories: every rule directory declares its documents and its fast check,
-// and has samples that it allows and, where it has messages, that it refuses.
+// defines them in its own Rego (rules/<name>/*.rego), and has samples that it allows
+// and, where it has messages, that it refuses.
 func TestRuleDirectories(t *testing.T) {
 	rules := loadRules(t)
 	e := newEvaluator(t, Options{})
-	defined := func(doc string) bool {
-		return len(e.compiler.GetRules(ast.MustParseRef("data.interlink.authz."+doc))) > 0
+	// A rule's documents are defined, and only in its own directory's Rego.
+	defined := func(name, doc string) bool {
+		rules := e.compiler.GetRules(ast.MustParseRef("data.interlink.authz." + doc))
+		for _, r := range rules {
+			if !strings.HasPrefix(r.Location.File, embeddedPrefix+samplesDir+"/"+name+"/") {
+				t.Errorf("rule %s: %s is defined in %s, outside its directory", name, doc, r.Location.File)
+			}
+		}
+		return len(rules) > 0
 	}
 	counts := map[string][2]int{}
 	for _, s := range loadSamples(t) {
@@ -397,7 +405,7 @@ func TestRuleDirectories(t *testing.T) {
 			t.Errorf("rule %s: rule.json declares no fast_check", name)
 		}
 		for _, doc := range []string{r.Violations, r.Annotations} {
-			if doc != "" && !defined(doc) {
+			if doc != "" && !defined(name, doc) {
 				t.Errorf("rule %s: data.interlink.authz.%s is not defined", name, doc)
 			}
 		}
