@@ -81,10 +81,15 @@ decision := {
 	# input.tolerations, the pod's tolerations by key as the general rules
 	# read them (null when they are not a list).
 	input.operation == "create"
+
+	# Review (policies/rules/review): an allowed review only, whose reason is
+	# the decision's.
 	review := input.review
 	review.allowed == true
 	why := review.reason
 	is_string(why)
+
+	# The subject's profile and the tenant.
 	fast := data.sar_bridge.precomputed.interlink.authz.fast
 	user := input.subject.username # any other than a string named user: "*"
 	groups := input.subject.groups
@@ -93,15 +98,16 @@ decision := {
 	tenant := input.tenant
 	is_string(tenant)
 
-	# Caps: no container's amount over the subject's caps (a cap is
-	# "none" where the subject has none: no number is greater).
+	# Caps (policies/rules/caps): no container's amount over the subject's
+	# caps (a cap is "none" where the subject has none: no number is greater).
 	largest := input.resources.largest
 	[1 | c := largest.cpu; c > profile.cpu] == []
 	[1 | m := largest.memory; m > profile.memory] == []
 
-	# Protected taints: no toleration of a protected key with an operator other than
-	# Equal, nor with a value the subject may not use; with protected
-	# taints, no keyless Exists toleration (limit 0, else "none").
+	# Protected taints (policies/rules/protected-taints): no toleration of a
+	# protected key with an operator other than Equal, nor with a value the
+	# subject may not use; with protected taints, no keyless Exists toleration
+	# (limit 0, else "none").
 	tolerations := input.tolerations
 	tolerations.keyless_exists <= fast.keyless_exists_limit
 	[1 | some key, _ in fast.protected_keys; tolerations.other[key]] == []
@@ -111,8 +117,8 @@ decision := {
 		denied[value]
 	] == []
 
-	# Tenant isolation: no tenant label, node label, nodeSelector or
-	# required node affinity (In) of another tenant.
+	# Tenant isolation (policies/rules/tenant-isolation): no tenant label, node
+	# label, nodeSelector or required node affinity (In) of another tenant.
 	label := input.tenant_label
 	[v | v := input.node.labels[label]; v != tenant] == []
 	[v | v := input.pod.spec.nodeSelector[label]; v != tenant] == []
@@ -131,9 +137,8 @@ decision := {
 		other != tenant
 	] == []
 
-	# Restricted annotations and HPC (interlink.rego, hpc.rego), proved silent on what
-	# sar-bridge derives from the pod in Go (input.hpc). Most pods set
-	# nothing the HPC side reads (inert) or only sbatch options that could be
+	# HPC (policies/rules/hpc), proved silent on what sar-bridge derives from
+	# the pod in Go (input.hpc). Most pods set nothing the HPC side reads (inert) or only sbatch options that could be
 	# read (sbatch_only); of the rules, only the ones on sbatch options, GPUs
 	# and the node's plugin's findings can then apply, and are checked here.
 	# Any other pod (a flavor, mounts, uids, restricted annotations...) is
@@ -153,6 +158,10 @@ decision := {
 		not hpc.options[name]
 		not hpc.values[name][value]
 	] == []
+
+	# Restricted annotations (policies/rules/restricted-annotations): the
+	# subjects it grants slurm-job.vk.io/flags may set any option but those of
+	# fast.unfree_options.
 	[1 |
 		profile.restricted["slurm-job.vk.io/flags"]
 		some name, value in hpc_input.sbatch.options
@@ -160,8 +169,8 @@ decision := {
 		not hpc.values[name][value]
 	] == []
 
-	# GPUs without a flavor only where the plugin's own choice is the
-	# tenant's (gpu_auto).
+	# HPC (policies/rules/hpc): GPUs without a flavor only where the plugin's
+	# own choice is the tenant's (gpu_auto).
 	[1 | hpc_input.gpus > 0; not input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.gpu_auto] == []
 
 	# Only the node's plugin's findings count; most pods have none, and then
@@ -176,11 +185,11 @@ decision := {
 		not _fast_hpc_proved(profile.restricted, hpc)
 	] == []
 
-	# Quota (quota.rego): for a tenant with a quota (input.quota.request), its
-	# rules evaluated rather than proved silent (they compare a few numbers
-	# sar-bridge puts in the input). Profiles exist only where nothing else of
-	# the interLink and quota rules applies to every pod (an unknown
-	# restricted key, image registries, data quotas).
+	# Quota (policies/rules/quota): for a tenant with a quota
+	# (input.quota.request), its rules evaluated rather than proved silent
+	# (they compare a few numbers sar-bridge puts in the input). Profiles exist
+	# only where nothing else of the interLink and quota rules applies to every
+	# pod (an unknown restricted key, image registries, data quotas).
 	[1 | input.quota.request; _ = _quota_violations[_]] == []
 
 	# Site rules: the site's extension packages, evaluated rather than proved
@@ -188,8 +197,9 @@ decision := {
 	# rule decision can reach is embedded: policies/fastpath.go).
 	[1 | some name; _ = data.interlink.site[name].violations[_]] == []
 
-	# Modifications (billing, default limits, the tenant's HPC defaults), as
-	# _pod_annotations, _resource_limits and _hpc_run_as_user.
+	# Modifications: billing (policies/rules/billing), default limits and the
+	# tenant's HPC defaults, as _pod_annotations, _resource_limits and
+	# _hpc_run_as_user.
 	pod_annotations := object.union(
 		object.union(
 			{"interlink.io/billing-project": p |
@@ -220,9 +230,10 @@ decision := {
 	"review": _review_doc,
 }
 
-# The rest of the restricted annotations and HPC rules on the fast path, for a pod that sets more than
-# sbatch options: each check proves that a rule of hpc.rego or interlink.rego
-# finds nothing (the rule named), or fails and leaves the decision to them.
+# The rest of the HPC rules (policies/rules/hpc) and the restricted annotations
+# rule on the fast path, for a pod that sets more than sbatch options: each check
+# proves that a rule of hpc.rego or restricted_annotations.rego finds nothing (the
+# rule named), or fails and leaves the decision to them.
 # restricted is the subject's profile's (the restricted annotations it may
 # use), hpc the tenant's fast.hpc_defaults entry.
 _fast_hpc_proved(restricted, hpc) if {
@@ -266,10 +277,11 @@ _fast_hpc_proved(restricted, hpc) if {
 	[1 | some _ in hpc_input.words] == []
 	[1 | hpc_input.host_mode == true; not hpc.htcondor_host_mode; "htcondor" in _hpc_plugins] == []
 
-	# interlink.rego's shell annotations: only where restricted_annotations
-	# grants them to the subject, or pod-ip is an address, or the Virtual
-	# Kubelet wrote wstunnel-client-commands (its mesh pre-exec is left to
-	# the general rules).
+	# Restricted annotations (policies/rules/restricted-annotations): the shell
+	# annotations only where restricted_annotations grants them to the
+	# subject, or pod-ip is an address, or the Virtual Kubelet wrote
+	# wstunnel-client-commands (its mesh pre-exec is left to the general
+	# rules).
 	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/pre-exec"]; not restricted["slurm-job.vk.io/pre-exec"]] == []
 	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/mpi-flags"]; not restricted["slurm-job.vk.io/mpi-flags"]] == []
 	[1 |
