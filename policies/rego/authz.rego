@@ -479,7 +479,7 @@ _pre_profile_cap(sub, res) := vs[0] if {
 	count(vs) > 0
 } else := "none"
 
-# The subject may use restricted annotation key (interlink.rego's
+# The subject may use restricted annotation key (restricted_annotations.rego's
 # _restricted_allowed); a user "*" (null) is named by no list.
 _pre_restricted_allows(key, user, _) if {
 	is_string(user)
