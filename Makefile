@@ -11,7 +11,7 @@ IMAGE_TIMEOUT ?= 10m
 CHART_TIMEOUT ?= 20m
 E2E_TIMEOUT   ?= 20m
 GO_SOURCES  := $(shell find . -name '*.go' -not -path './test/*' -not -path './hack/*' -not -path './.cache/*') go.mod go.sum \
-               $(wildcard policies/rego/*.rego)
+               $(wildcard policies/rego/*.rego) $(wildcard policies/rules/*/*.rego)
 
 # The build's identity: VERSION (git describe, see hack/version.sh) and the commit go into
 # the binary; the image is tagged with the release in the VERSION file, which is the tag

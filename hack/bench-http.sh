@@ -101,9 +101,10 @@ pprof_flag=()
   --web.listen="127.0.0.1:${port[0]}" --web.internal.listen="127.0.0.1:${port[1]}" ${BRIDGE_ARGS:-} >"$tmp/bridge.log" 2>&1 &
 pids+=($!)
 bridge_pid=$!
-# The policy files the bridge embeds (policies/rego, tests aside), the same data; not the
-# kubernetes.api.client package, which calls the bridge's own k8s.* built-ins.
-mapfile -t rego < <(find policies/rego -name '*.rego' ! -name '*_test.rego' ! -name 'kubernetes_api_client*' | sort)
+# The policy files the bridge embeds (policies/rego and each rule's in policies/rules,
+# tests aside), the same data; not the kubernetes.api.client package, which calls the
+# bridge's own k8s.* built-ins.
+mapfile -t rego < <(find policies/rego policies/rules -name '*.rego' ! -name '*_test.rego' ! -name 'kubernetes_api_client*' | sort)
 "$opa" run --server --skip-version-check --addr "127.0.0.1:${port[2]}" "${rego[@]}" "$policy_data" >"$tmp/opa.log" 2>&1 &
 pids+=($!)
 opa_pid=$!

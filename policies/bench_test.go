@@ -492,7 +492,7 @@ func TestVariedInputsVaried(t *testing.T) {
 }
 
 // withoutRestrictedAnnotations drops the bench pod's slurm-job.vk.io/flags
-// annotation from an input: the restricted annotations rule (interlink.rego)
+// annotation from an input: the restricted annotations rule (policies/rules/restricted-annotations)
 // refuses it unless the data names the subject, as benchData does, and the
 // varied inputs try other subjects.
 func withoutRestrictedAnnotations(in map[string]any) {

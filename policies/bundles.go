@@ -39,10 +39,11 @@ type BundleModule struct {
 const bundleFilePrefix = "bundle:"
 
 // addBundles layers bundles over the snapshot's sources (in name order, so that a
-// reading fingerprints the same whatever the order they came in).
-func (s *snapshot) addBundles(bundles []Bundle) {
+// reading fingerprints the same whatever the order they came in). A module that
+// replaces an embedded file must declare its package (overlay).
+func (s *snapshot) addBundles(bundles []Bundle) error {
 	if len(bundles) == 0 {
-		return
+		return nil
 	}
 	s.bundles = append([]Bundle(nil), bundles...)
 	sort.Slice(s.bundles, func(i, j int) bool { return s.bundles[i].Name < s.bundles[j].Name })
@@ -52,18 +53,23 @@ func (s *snapshot) addBundles(bundles []Bundle) {
 				continue
 			}
 			filename := bundleFilePrefix + b.Name + "/" + strings.TrimPrefix(m.Path, "/")
-			key := filename
-			if text, replaces := s.embedded[path.Base(m.Path)]; replaces {
-				key = path.Base(m.Path)
-				if text == m.Text && strings.HasPrefix(s.sources[key].filename, embeddedPrefix) {
-					// The embedded file itself, shipped in the bundle: it stays the
-					// embedded one, so the fast path stays on (fastpath.go).
-					continue
-				}
+			base := path.Base(m.Path)
+			_, replaces := s.embedded[base]
+			if !replaces && legacyNames[base] == nil {
+				s.sources[filename] = source{filename: filename, text: m.Text}
+				continue
 			}
-			s.sources[key] = source{filename: filename, text: m.Text}
+			if e, ok := s.embedded[base]; ok && e.text == m.Text && strings.HasPrefix(s.sources[base].filename, embeddedPrefix) {
+				// The embedded file itself, shipped in the bundle: it stays the
+				// embedded one, so the fast path stays on (fastpath.go).
+				continue
+			}
+			if err := overlay(s.sources, s.embedded, base, source{filename: filename, text: m.Text}); err != nil {
+				return fmt.Errorf("bundle %s: %w", b.Name, err)
+			}
 		}
 	}
+	return nil
 }
 
 // overlayBundleData replaces data under each bundle's roots with the bundle's own.

@@ -37,13 +37,18 @@ func TestActivateBundles(t *testing.T) {
 		name: "replaces an embedded file by base name",
 		bundles: []Bundle{{Name: "site", Revision: "r1", Roots: []string{"x"},
 			Modules: []BundleModule{{Path: "/nested/quota.rego", Text: DefaultModules()["quota.rego"] + "\nreplaced := true\n"}}}},
-		replace: "embedded:rego/quota.rego",
+		replace: "embedded:rules/quota/quota.rego",
 		want:    map[string]any{"interlink.authz.replaced": true, "interlink.authz.decision.allowed": false},
 	}, {
 		name: "drops the decision",
 		bundles: []Bundle{{Name: "site", Revision: "r2", Roots: []string{"x"},
 			Modules: []BundleModule{{Path: "/authz.rego", Text: "package interlink.authz\n\nallow := false\n"}}}},
 		wantErr: "new policy no longer defines data.interlink.authz.decision",
+	}, {
+		name: "a module of a rule file's name and another package is refused",
+		bundles: []Bundle{{Name: "site", Revision: "r2", Roots: []string{"acme"},
+			Modules: []BundleModule{{Path: "/acme/billing.rego", Text: "package acme\n\nv := 1\n"}}}},
+		wantErr: "bundle site: policy bundle:site/acme/billing.rego replaces the embedded rules/billing/billing.rego",
 	}, {
 		name: "refused by accept",
 		bundles: []Bundle{{Name: "site", Revision: "r2", Roots: []string{"acme"},

@@ -44,7 +44,7 @@ func TestReadmeExampleOfOPAKubernetesAPIClient(t *testing.T) {
 	}
 	modules := map[string]*ast.Module{}
 	for name, src := range srcs {
-		if modules[name], err = ast.ParseModuleWithOpts(name, src, ast.ParserOptions{RegoVersion: ast.RegoV1}); err != nil {
+		if modules[name], err = ast.ParseModuleWithOpts(src.path, src.text, ast.ParserOptions{RegoVersion: ast.RegoV1}); err != nil {
 			t.Fatal(err)
 		}
 	}

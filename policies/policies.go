@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -26,11 +25,26 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed rego/*.rego
+// The default policy: the decision (rego/authz.rego), the helpers its rules share
+// (rego/authz_helpers.rego), a library (rego/kubernetes_api_client.rego), and each
+// built-in rule in its own directory (rules/<name>/, gatekeeper-library style: its
+// Rego, its tests, its rule.json and samples). Every file's base name is unique: a
+// file of Options.Dir or a bundle replaces the embedded file of its base name.
+//
+//go:embed rego/*.rego rules/*/*.rego
 var embedded embed.FS
 
+// embeddedDirs are the embedded trees, read in full.
+var embeddedDirs = []string{"rego", "rules"}
+
+// legacyNames are file names that replaced more than one embedded file: the
+// restricted annotations and images rules were interlink.rego, which a policy
+// directory or bundle may still ship (docs/policies.md, "Replacing a file").
+var legacyNames = map[string][]string{
+	"interlink.rego": {"restricted_annotations.rego", "images.rego"},
+}
+
 const (
-	embeddedDir = "rego"
 	// cacheSize bounds prepared queries; paths come from callers, so the
 	// cache must not grow with whatever they send.
 	cacheSize = 128
@@ -42,8 +56,9 @@ const (
 // Options configures New.
 type Options struct {
 	// Dir optionally holds *.rego files that extend the embedded defaults.
-	// A file whose base name equals an embedded file's replaces it;
-	// *_test.rego files are ignored.
+	// A file whose base name equals an embedded file's replaces it (and
+	// interlink.rego the two files of legacyNames), and must declare that
+	// file's package; *_test.rego files are ignored.
 	Dir string
 	// DataFile optionally names a JSON or YAML file holding an object that
 	// becomes `data`.
@@ -67,33 +82,53 @@ type Evaluator struct {
 }
 
 // DefaultModules returns the embedded policy sources (tests excluded),
-// keyed by file name.
+// keyed by file name (base names are unique).
 func DefaultModules() map[string]string {
 	mods, err := embeddedModules(false)
 	if err != nil {
 		// The embedded FS is fixed at build time; failing here is a build bug.
 		panic(err)
 	}
-	return mods
+	out := make(map[string]string, len(mods))
+	for name, m := range mods {
+		out[name] = m.text
+	}
+	return out
 }
 
-// embeddedModules reads the embedded .rego files, with or without tests.
-func embeddedModules(withTests bool) (map[string]string, error) {
-	entries, err := fs.ReadDir(embedded, embeddedDir)
-	if err != nil {
-		return nil, fmt.Errorf("reading embedded policies: %w", err)
-	}
-	mods := make(map[string]string, len(entries))
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".rego") || (!withTests && isTestFile(name)) {
-			continue
-		}
-		b, err := embedded.ReadFile(path.Join(embeddedDir, name))
+// embeddedModule is one embedded file: its path in the tree (rego/authz.rego,
+// rules/caps/caps.rego) and its text.
+type embeddedModule struct {
+	path string
+	text string
+}
+
+// embeddedModules reads the embedded .rego files, with or without tests, by base
+// name; two files of one base name are a build bug (an error).
+func embeddedModules(withTests bool) (map[string]embeddedModule, error) {
+	mods := map[string]embeddedModule{}
+	for _, dir := range embeddedDirs {
+		err := fs.WalkDir(embedded, dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			name := d.Name()
+			if d.IsDir() || !strings.HasSuffix(name, ".rego") || (!withTests && isTestFile(name)) {
+				return nil
+			}
+			if other, dup := mods[name]; dup {
+				return fmt.Errorf("embedded policies %s and %s share a base name", other.path, p)
+			}
+			b, err := embedded.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			mods[name] = embeddedModule{path: p, text: string(b)}
+			return nil
+		})
 		if err != nil {
-			return nil, fmt.Errorf("reading embedded policy %s: %w", name, err)
+			return nil, fmt.Errorf("reading embedded policies: %w", err)
 		}
-		mods[name] = string(b)
 	}
 	return mods, nil
 }
@@ -121,9 +156,9 @@ type snapshot struct {
 	sources  map[string]source // by base name: embedded defaults overlaid by opts.Dir
 	dataFile string            // "" when there is none
 	data     []byte
-	embedded map[string]string // the embedded modules by name, read once per load
-	bundles  []Bundle          // layered over the files (bundles.go), by name
-	cluster  ClusterReader     // not part of the fingerprint: fixed for the process
+	embedded map[string]embeddedModule // the embedded modules by name, read once per load
+	bundles  []Bundle                  // layered over the files (bundles.go), by name
+	cluster  ClusterReader             // not part of the fingerprint: fixed for the process
 }
 
 // readSnapshot reads the embedded modules, opts.Dir's policies and opts.DataFile.
@@ -133,11 +168,11 @@ func readSnapshot(opts Options) (snapshot, error) {
 		return snapshot{}, err
 	}
 	snap := snapshot{sources: make(map[string]source, len(defaults)), dataFile: opts.DataFile, cluster: opts.Cluster, embedded: defaults}
-	for name, text := range defaults {
-		snap.sources[name] = source{filename: "embedded:" + embeddedDir + "/" + name, text: text}
+	for name, m := range defaults {
+		snap.sources[name] = source{filename: embeddedPrefix + m.path, text: m.text}
 	}
 	if opts.Dir != "" {
-		if err := addDir(snap.sources, opts.Dir); err != nil {
+		if err := addDir(snap.sources, defaults, opts.Dir); err != nil {
 			return snapshot{}, err
 		}
 	}
@@ -192,7 +227,7 @@ func (s snapshot) build() (*Evaluator, error) {
 
 // addDir overlays dir's *.rego files (non-recursive, tests skipped) onto
 // sources by base name.
-func addDir(sources map[string]source, dir string) error {
+func addDir(sources map[string]source, embedded map[string]embeddedModule, dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("reading policy directory %s: %w", dir, err)
@@ -207,7 +242,48 @@ func addDir(sources map[string]source, dir string) error {
 		if err != nil {
 			return fmt.Errorf("reading policy %s: %w", full, err)
 		}
-		sources[name] = source{filename: full, text: string(b)}
+		if err := overlay(sources, embedded, name, source{filename: full, text: string(b)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// overlay puts src into sources under name, a site's file or bundle module: when
+// name is an embedded file's (or a legacy name, of several), src replaces it, and
+// must declare its package. A site file that happens to share a rule file's name
+// (images.rego for its own package interlink.site.images) would otherwise drop
+// that rule in silence: it is an error instead, naming both.
+func overlay(sources map[string]source, embedded map[string]embeddedModule, name string, src source) error {
+	replaced := legacyNames[name]
+	if _, ok := embedded[name]; ok {
+		replaced = []string{name}
+	}
+	if len(replaced) > 0 {
+		if err := samePackage(embedded[replaced[0]], src); err != nil {
+			return err
+		}
+	}
+	for _, r := range replaced {
+		delete(sources, r)
+	}
+	sources[name] = src
+	return nil
+}
+
+// samePackage checks that src, replacing the embedded module m, declares m's package.
+func samePackage(m embeddedModule, src source) error {
+	popts := ast.ParserOptions{RegoVersion: ast.RegoV1}
+	want, err := ast.ParseModuleWithOpts(m.path, m.text, popts)
+	if err != nil {
+		return fmt.Errorf("parsing embedded policy %s: %w", m.path, err)
+	}
+	got, err := ast.ParseModuleWithOpts(src.filename, src.text, popts)
+	if err != nil {
+		return fmt.Errorf("parsing policy %s: %w", src.filename, err)
+	}
+	if !got.Package.Path.Equal(want.Package.Path) {
+		return fmt.Errorf("policy %s replaces the embedded %s (its base name) but declares %v, not %v: rename it, or declare %v to replace that file", src.filename, m.path, got.Package, want.Package, want.Package)
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func precomputeDatas() map[string]string {
 		},
 	}})
 	datas["many-groups"] = string(b)
-	// interLink's rules (interlink.rego): the fast path stands aside for images;
+	// interLink's rules (restricted annotations, images): the fast path stands aside for images;
 	// quotas in the data file (no longer read) refuse every create.
 	rules := `{"interlink": {"limits": {"system:serviceaccounts:team-a": {"cpu": "4", "memory": "8Gi"}},
 	  "restricted_annotations": {"slurm-job.vk.io/flags": {"groups": ["system:serviceaccounts:team-a", 7]},

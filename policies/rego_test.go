@@ -25,7 +25,7 @@ func TestRegoUnitTests(t *testing.T) {
 	sort.Strings(names)
 	modules := make(map[string]*ast.Module, len(srcs))
 	for _, name := range names {
-		m, err := ast.ParseModuleWithOpts(name, srcs[name], ast.ParserOptions{RegoVersion: ast.RegoV1})
+		m, err := ast.ParseModuleWithOpts(srcs[name].path, srcs[name].text, ast.ParserOptions{RegoVersion: ast.RegoV1})
 		if err != nil {
 			t.Fatalf("parse %s: %v", name, err)
 		}
@@ -72,14 +72,14 @@ func TestRegoFormatted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, src := range srcs {
-		out, err := format.SourceWithOpts(name, []byte(src), format.Opts{RegoVersion: ast.RegoV1})
+	for _, src := range srcs {
+		out, err := format.SourceWithOpts(src.path, []byte(src.text), format.Opts{RegoVersion: ast.RegoV1})
 		if err != nil {
-			t.Errorf("format %s: %v", name, err)
+			t.Errorf("format %s: %v", src.path, err)
 			continue
 		}
-		if string(out) != src {
-			t.Errorf("%s is not formatted (run opa fmt)", name)
+		if string(out) != src.text {
+			t.Errorf("%s is not formatted (run opa fmt)", src.path)
 		}
 	}
 }

@@ -107,7 +107,9 @@ func (r *Reloader) load(bundles []Bundle) hotreload.LoadFunc[*loadedPolicy] {
 		if err != nil {
 			return hotreload.Snapshot[*loadedPolicy]{}, err
 		}
-		snap.addBundles(bundles)
+		if err := snap.addBundles(bundles); err != nil {
+			return hotreload.Snapshot[*loadedPolicy]{}, err
+		}
 		fp, files := snap.fingerprint()
 		out := hotreload.Snapshot[*loadedPolicy]{Fingerprint: fp}
 		if serving != nil {

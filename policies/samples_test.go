@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -17,13 +19,14 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
 
-// Rules by name (issue 40): each built-in rule has a directory rules/<name> with
-// rule.json, which names its documents in package interlink.authz and declares its fast
-// check:
+// Rules by name (issue 40): each built-in rule has a directory rules/<name> with its
+// Rego (defining its documents in package interlink.authz), its tests, and rule.json,
+// which names those documents and declares its fast check:
 //
 //	{"violations": "_caps_violations",  the rule's own messages ("" for none)
 //	 "annotations": "...",              optional: its own pod annotations
-//	 "fast_check": "...",               where decision's fast path proves it silent
+//	 "fast_check": "rego/authz.rego:101-105: ...",  the lines of decision's fast path
+//	                                    that prove it silent, and how
 //	 "fast_path": true}                 whether its allowed samples take the fast path
 //
 // and, under samples, inputs with the answers expected of them. A sample is a JSON
@@ -375,12 +378,20 @@ func BenchmarkPolicyHPC(b *testing.B) {
 }
 
 // TestRuleDirectories: every rule directory declares its documents and its fast check,
-// and has samples that it allows and, where it has messages, that it refuses.
+// defines them in its own Rego (rules/<name>/*.rego), and has samples that it allows
+// and, where it has messages, that it refuses.
 func TestRuleDirectories(t *testing.T) {
 	rules := loadRules(t)
 	e := newEvaluator(t, Options{})
-	defined := func(doc string) bool {
-		return len(e.compiler.GetRules(ast.MustParseRef("data.interlink.authz."+doc))) > 0
+	// A rule's documents are defined, and only in its own directory's Rego.
+	defined := func(name, doc string) bool {
+		rules := e.compiler.GetRules(ast.MustParseRef("data.interlink.authz." + doc))
+		for _, r := range rules {
+			if !strings.HasPrefix(r.Location.File, embeddedPrefix+samplesDir+"/"+name+"/") {
+				t.Errorf("rule %s: %s is defined in %s, outside its directory", name, doc, r.Location.File)
+			}
+		}
+		return len(rules) > 0
 	}
 	counts := map[string][2]int{}
 	for _, s := range loadSamples(t) {
@@ -396,8 +407,11 @@ func TestRuleDirectories(t *testing.T) {
 		if r.FastCheck == "" {
 			t.Errorf("rule %s: rule.json declares no fast_check", name)
 		}
+		if r.FastPath {
+			checkFastCheckLines(t, name, r.FastCheck)
+		}
 		for _, doc := range []string{r.Violations, r.Annotations} {
-			if doc != "" && !defined(doc) {
+			if doc != "" && !defined(name, doc) {
 				t.Errorf("rule %s: data.interlink.authz.%s is not defined", name, doc)
 			}
 		}
@@ -412,6 +426,40 @@ func TestRuleDirectories(t *testing.T) {
 	for name := range counts {
 		if _, ok := rules[name]; !ok {
 			t.Errorf("samples of %s, which has no rule.json", name)
+		}
+	}
+}
+
+// fastCheckLocation is how a rule.json's fast_check starts where the rule has one: the
+// file under policies/ and the line ranges of its checks ("rego/authz.rego:101-105,
+// 233-278: ..."). The fast path stays one Rego body (a rule evaluation costs several
+// expressions; docs/development.md), so a rule's fast check is there, cited by line.
+var fastCheckLocation = regexp.MustCompile(`^([a-z_/]+\.rego):([0-9]+-[0-9]+(?:,[0-9]+-[0-9]+)*): `)
+
+// checkFastCheckLines: every range fast_check cites is in its file and starts with the
+// comment that names the rule's directory, so the citation follows the file's edits or
+// fails here.
+func checkFastCheckLines(t *testing.T, name, fastCheck string) {
+	t.Helper()
+	m := fastCheckLocation.FindStringSubmatch(fastCheck)
+	if m == nil {
+		t.Errorf("rule %s: fast_check %q does not start with the lines of its checks (%v)", name, fastCheck, fastCheckLocation)
+		return
+	}
+	raw, err := os.ReadFile(m[1])
+	if err != nil {
+		t.Errorf("rule %s: fast_check: %v", name, err)
+		return
+	}
+	lines := strings.Split(string(raw), "\n")
+	for _, r := range strings.Split(m[2], ",") {
+		var from, to int
+		if _, err := fmt.Sscanf(r, "%d-%d", &from, &to); err != nil || from < 1 || to < from || to > len(lines) {
+			t.Errorf("rule %s: fast_check cites %s:%s, not lines of it (%d lines)", name, m[1], r, len(lines))
+			continue
+		}
+		if first := lines[from-1]; !strings.Contains(first, "# ") || !strings.Contains(first, "policies/rules/"+name+")") && !strings.Contains(first, "policies/rules/"+name+":") {
+			t.Errorf("rule %s: fast_check cites %s:%s, whose first line is %q, not the comment naming policies/rules/%s", name, m[1], r, strings.TrimSpace(first), name)
 		}
 	}
 }

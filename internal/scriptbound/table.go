@@ -41,7 +41,7 @@ const (
 	Parsed
 	// Script: lines of the job script by design (pre-exec, wstunnel commands, a
 	// jobScript): never inert; refused unless the tenant's data opens them or
-	// interLink's Virtual Kubelet wrote them (rule 6, interlink.rego).
+	// interLink's Virtual Kubelet wrote them (the restricted annotations rule, policies/rules/restricted-annotations).
 	Script
 	// Unseen: the value the plugin writes is not in the pod (resolved later from a
 	// Secret, a ConfigMap or the downward API): refused where the plugin writes it
@@ -115,7 +115,7 @@ var Table = []Row{
 	{`pod.metadata.annotations["slurm-job.vk.io/image-root"]`, w(Unquoted, Image, "prefixed to the image on the runCtn line"), notWritten},
 	{`pod.metadata.annotations["htcondor-job.vk.io/singularity-options"]`, notWritten, w(Parsed, 0, "options of the singularity command line, unquoted (slurmjob.ParseSingularityArgs)")},
 	{`pod.metadata.annotations["htcondor-job.knoc.io/image-root"]`, notWritten, w(Unquoted, Image, "prefixed to the image, unquoted")},
-	{`pod.metadata.annotations["interlink.eu/pod-ip"]`, w(Parsed, IPAddress, "export POD_IP=…, unquoted: rule 6 (interlink.rego) requires an IP address (the rule IPAddress) unless data.interlink.restricted_annotations names the subject"), notWritten},
+	{`pod.metadata.annotations["interlink.eu/pod-ip"]`, w(Parsed, IPAddress, "export POD_IP=…, unquoted: the restricted annotations rule requires an IP address (the rule IPAddress) unless data.interlink.restricted_annotations names the subject"), notWritten},
 	{`pod.metadata.annotations["interlink.eu/wstunnel-client-commands"]`, w(Script, 0, "lines of job.slurm"), notWritten},
 	{`pod.metadata.annotations["interlink.eu/wireguard-client-snippet"]`, notWritten, notWritten},
 	{`pod.metadata.annotations["interlink.eu/pod-vpn"]`, notWritten, notWritten},

@@ -81,10 +81,15 @@ decision := {
 	# input.tolerations, the pod's tolerations by key as the general rules
 	# read them (null when they are not a list).
 	input.operation == "create"
+
+	# Review (policies/rules/review): an allowed review only, whose reason is
+	# the decision's.
 	review := input.review
 	review.allowed == true
 	why := review.reason
 	is_string(why)
+
+	# The subject's profile and the tenant.
 	fast := data.sar_bridge.precomputed.interlink.authz.fast
 	user := input.subject.username # any other than a string named user: "*"
 	groups := input.subject.groups
@@ -93,15 +98,16 @@ decision := {
 	tenant := input.tenant
 	is_string(tenant)
 
-	# Caps: no container's amount over the subject's caps (a cap is
-	# "none" where the subject has none: no number is greater).
+	# Caps (policies/rules/caps): no container's amount over the subject's
+	# caps (a cap is "none" where the subject has none: no number is greater).
 	largest := input.resources.largest
 	[1 | c := largest.cpu; c > profile.cpu] == []
 	[1 | m := largest.memory; m > profile.memory] == []
 
-	# Protected taints: no toleration of a protected key with an operator other than
-	# Equal, nor with a value the subject may not use; with protected
-	# taints, no keyless Exists toleration (limit 0, else "none").
+	# Protected taints (policies/rules/protected-taints): no toleration of a
+	# protected key with an operator other than Equal, nor with a value the
+	# subject may not use; with protected taints, no keyless Exists toleration
+	# (limit 0, else "none").
 	tolerations := input.tolerations
 	tolerations.keyless_exists <= fast.keyless_exists_limit
 	[1 | some key, _ in fast.protected_keys; tolerations.other[key]] == []
@@ -111,8 +117,8 @@ decision := {
 		denied[value]
 	] == []
 
-	# Tenant isolation: no tenant label, node label, nodeSelector or
-	# required node affinity (In) of another tenant.
+	# Tenant isolation (policies/rules/tenant-isolation): no tenant label, node
+	# label, nodeSelector or required node affinity (In) of another tenant.
 	label := input.tenant_label
 	[v | v := input.node.labels[label]; v != tenant] == []
 	[v | v := input.pod.spec.nodeSelector[label]; v != tenant] == []
@@ -131,9 +137,8 @@ decision := {
 		other != tenant
 	] == []
 
-	# Restricted annotations and HPC (interlink.rego, hpc.rego), proved silent on what
-	# sar-bridge derives from the pod in Go (input.hpc). Most pods set
-	# nothing the HPC side reads (inert) or only sbatch options that could be
+	# HPC (policies/rules/hpc), proved silent on what sar-bridge derives from
+	# the pod in Go (input.hpc). Most pods set nothing the HPC side reads (inert) or only sbatch options that could be
 	# read (sbatch_only); of the rules, only the ones on sbatch options, GPUs
 	# and the node's plugin's findings can then apply, and are checked here.
 	# Any other pod (a flavor, mounts, uids, restricted annotations...) is
@@ -153,6 +158,10 @@ decision := {
 		not hpc.options[name]
 		not hpc.values[name][value]
 	] == []
+
+	# Restricted annotations (policies/rules/restricted-annotations): the
+	# subjects it grants slurm-job.vk.io/flags may set any option but those of
+	# fast.unfree_options.
 	[1 |
 		profile.restricted["slurm-job.vk.io/flags"]
 		some name, value in hpc_input.sbatch.options
@@ -160,8 +169,8 @@ decision := {
 		not hpc.values[name][value]
 	] == []
 
-	# GPUs without a flavor only where the plugin's own choice is the
-	# tenant's (gpu_auto).
+	# HPC (policies/rules/hpc): GPUs without a flavor only where the plugin's
+	# own choice is the tenant's (gpu_auto).
 	[1 | hpc_input.gpus > 0; not input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.gpu_auto] == []
 
 	# Only the node's plugin's findings count; most pods have none, and then
@@ -176,11 +185,11 @@ decision := {
 		not _fast_hpc_proved(profile.restricted, hpc)
 	] == []
 
-	# Quota (quota.rego): for a tenant with a quota (input.quota.request), its
-	# rules evaluated rather than proved silent (they compare a few numbers
-	# sar-bridge puts in the input). Profiles exist only where nothing else of
-	# the interLink and quota rules applies to every pod (an unknown
-	# restricted key, image registries, data quotas).
+	# Quota (policies/rules/quota): for a tenant with a quota
+	# (input.quota.request), its rules evaluated rather than proved silent
+	# (they compare a few numbers sar-bridge puts in the input). Profiles exist
+	# only where nothing else of the interLink and quota rules applies to every
+	# pod (an unknown restricted key, image registries, data quotas).
 	[1 | input.quota.request; _ = _quota_violations[_]] == []
 
 	# Site rules: the site's extension packages, evaluated rather than proved
@@ -188,8 +197,9 @@ decision := {
 	# rule decision can reach is embedded: policies/fastpath.go).
 	[1 | some name; _ = data.interlink.site[name].violations[_]] == []
 
-	# Modifications (billing, default limits, the tenant's HPC defaults), as
-	# _pod_annotations, _resource_limits and _hpc_run_as_user.
+	# Modifications: billing (policies/rules/billing), default limits and the
+	# tenant's HPC defaults, as _pod_annotations, _resource_limits and
+	# _hpc_run_as_user.
 	pod_annotations := object.union(
 		object.union(
 			{"interlink.io/billing-project": p |
@@ -220,9 +230,10 @@ decision := {
 	"review": _review_doc,
 }
 
-# The rest of the restricted annotations and HPC rules on the fast path, for a pod that sets more than
-# sbatch options: each check proves that a rule of hpc.rego or interlink.rego
-# finds nothing (the rule named), or fails and leaves the decision to them.
+# The rest of the HPC rules (policies/rules/hpc) and the restricted annotations
+# rule on the fast path, for a pod that sets more than sbatch options: each check
+# proves that a rule of hpc.rego or restricted_annotations.rego finds nothing (the
+# rule named), or fails and leaves the decision to them.
 # restricted is the subject's profile's (the restricted annotations it may
 # use), hpc the tenant's fast.hpc_defaults entry.
 _fast_hpc_proved(restricted, hpc) if {
@@ -266,10 +277,11 @@ _fast_hpc_proved(restricted, hpc) if {
 	[1 | some _ in hpc_input.words] == []
 	[1 | hpc_input.host_mode == true; not hpc.htcondor_host_mode; "htcondor" in _hpc_plugins] == []
 
-	# interlink.rego's shell annotations: only where restricted_annotations
-	# grants them to the subject, or pod-ip is an address, or the Virtual
-	# Kubelet wrote wstunnel-client-commands (its mesh pre-exec is left to
-	# the general rules).
+	# Restricted annotations (policies/rules/restricted-annotations): the shell
+	# annotations only where restricted_annotations grants them to the
+	# subject, or pod-ip is an address, or the Virtual Kubelet wrote
+	# wstunnel-client-commands (its mesh pre-exec is left to the general
+	# rules).
 	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/pre-exec"]; not restricted["slurm-job.vk.io/pre-exec"]] == []
 	[1 | _ = input.pod.metadata.annotations["slurm-job.vk.io/mpi-flags"]; not restricted["slurm-job.vk.io/mpi-flags"]] == []
 	[1 |
@@ -314,12 +326,6 @@ modifications := object.union(
 # ---------------------------------------------------------------------------
 # Data-only documents, computed once per load
 # ---------------------------------------------------------------------------
-
-# The precomputed document when the evaluator stored one, else the part of
-# it the general rules use, computed here.
-_static := s if {
-	s := data.sar_bridge.precomputed.interlink.authz
-} else := _pre_general
 
 # The document sar-bridge precomputes: _pre_general plus "fast", the tables
 # of the fast path, which are only worth building once per load (so the
@@ -473,7 +479,7 @@ _pre_profile_cap(sub, res) := vs[0] if {
 	count(vs) > 0
 } else := "none"
 
-# The subject may use restricted annotation key (interlink.rego's
+# The subject may use restricted annotation key (restricted_annotations.rego's
 # _restricted_allowed); a user "*" (null) is named by no list.
 _pre_restricted_allows(key, user, _) if {
 	is_string(user)
@@ -496,50 +502,6 @@ _pre_entry_allows(e, _, sub) if {
 	e.groups[g]
 }
 
-# Everything below depends on data only (sar-bridge checks this at load) and
-# is JSON (objects with string keys serve as sets):
-#   caps:           {res: [{"value", "group", "raw"}, ...]}, valid caps,
-#                   largest first, ties by group name (the message's group)
-#   cap_rank:       {res: {group: index in caps[res]}}
-#   cap_errors:     {group: [message, ...]} for caps that are not quantities
-#   protected_keys: {key: true} of well-formed protected taints
-#   protected:      {key: {value: [{"users": {u: true}, "groups": {g: true}}]}}
-#   default_limits: the default limits when configured, else absent
-_pre_general := object.union(
-	{
-		"caps": {res: [e |
-			some r in numbers.range(0, count(entries) - 1)
-			some e in entries
-			e.rank == r
-		] |
-			some res, entries in _pre_ranked
-		},
-		"cap_rank": {res: {e.group: e.rank | some e in entries} | some res, entries in _pre_ranked},
-		"cap_errors": _pre_cap_errors,
-		"protected_keys": {key: true | some [key, _, _] in _pre_protected},
-		"protected": {key: {value: [{"users": users, "groups": groups} |
-			some [k, v, i] in _pre_protected
-			k == key
-			v == value
-			users := {u: true | us := data.interlink.protected_taints[i].allowed_users; is_array(us); some u in us; is_string(u); u != ""}
-			groups := {g: true | gs := data.interlink.protected_taints[i].allowed_groups; is_array(gs); some g in gs; is_string(g)}
-		] |
-			some [k, value, _] in _pre_protected
-			k == key
-		} |
-			some [key, _, _] in _pre_protected
-		},
-	},
-	{"default_limits": d | d := data.interlink.default_limits; is_object(d); count(d) > 0},
-)
-
-_pre_cap_errors := {g: [sprintf("invalid %s cap %v configured for group %q", [res, raw, g]) |
-	some [g2, res, raw, []] in _pre_caps
-	g2 == g
-] |
-	some [g, _, _, []] in _pre_caps
-}
-
 _pre_group_subsets(groups) := [{g: true | some j, g in groups; bits.and(mask, bits.lsh(1, j)) != 0} |
 	count(groups) <= 8
 	some mask in numbers.range(0, bits.lsh(1, count(groups)) - 1)
@@ -547,299 +509,20 @@ _pre_group_subsets(groups) := [{g: true | some j, g in groups; bits.and(mask, bi
 	count(groups) <= 8
 } else := array.concat([{}], [{g: true} | some g in groups])
 
-# Every configured cap as [group, resource, raw, parsed], parsed being [value]
-# or [] when raw is not a quantity: a number as is, or a string of the
-# Kubernetes quantity grammar, units.parse'd. The grammar is checked before
-# units.parse so that odd strings are rejected explicitly instead of
-# silently yielding undefined; the short exponent bound keeps a hostile
-# "1e999999" from costing a huge big.Rat. Admin data is read key by key:
-# referencing data.interlink as a whole would include this package's own
-# rules and recurse. A limits document that is not an object, or a group's
-# entry that is not one, has no [g][res] to read.
-_pre_caps := [[g, res, raw, parsed] |
-	limits := data.interlink.limits
-	is_object(limits)
-	some g, entry in limits
-	is_string(g)
-	some res in ["cpu", "memory"]
-	raw := entry[res]
-	parsed := array.concat([raw | is_number(raw)], [v |
-		is_string(raw)
-		regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$`, raw)
-		v := units.parse(raw)
-	])
-]
-
-# Valid caps per resource with their rank: the largest cap among the
-# subject's groups wins, ties to the lexicographically first group so the
-# message is deterministic.
-_pre_ranked := {res: [{"value": v, "group": g, "raw": raw, "rank": rank} |
-	some [g, r, raw, [v]] in _pre_caps
-	r == res
-	rank := count([1 |
-		some [g2, r2, _, [v2]] in _pre_caps
-		r2 == res
-		_ranks_before(v2, g2, v, g)
-	])
-] |
-	some res in {res | some [_, res, _, [_]] in _pre_caps}
-}
-
-_ranks_before(v2, _, v, _) if v2 > v
-
-_ranks_before(v2, g2, v, g) if {
-	v2 == v
-	g2 < g
-}
-
-# Well-formed protected entries as [key, value, index]; value "" when absent
-# or not a string.
-_pre_protected := [[key, value, i] |
-	pts := data.interlink.protected_taints
-	is_array(pts)
-	some i, p in pts
-	key := p.key
-	is_string(key)
-	key != ""
-	value := array.concat([v | v := p.value; is_string(v)], [""])[0]
-]
+# _static and _pre_general, the part of the precomputed document the general rules
+# read, are in authz_helpers.rego (the rule files read them); the caps and protected
+# taints documents they are built from are the rules' own (policies/rules/caps,
+# policies/rules/protected-taints).
 
 # ---------------------------------------------------------------------------
-# Input normalisation
+# Violations: the built-in rules and the site rules
 # ---------------------------------------------------------------------------
 
-_review_doc := r if {
-	r := input.review
-} else := null
-
-_review_allowed if input.review.allowed == true
-
-_review_reason := r if {
-	r := input.review.reason
-	is_string(r)
-} else := ""
-
-_review_part := [] if {
-	_review_allowed
-} else := [_review_reason] if {
-	_review_reason != ""
-} else := ["subject access review did not allow the request"]
-
-_username := u if {
-	u := input.subject.username
-	is_string(u)
-} else := ""
-
-_subject_name := _username if {
-	_username != ""
-} else := "<unknown subject>"
-
-# The subject's groups, as given: entries that are not strings match no key
-# of the precomputed documents, whose groups are all strings.
-_group_list := gs if {
-	gs := input.subject.groups
-	is_array(gs)
-} else := []
-
-# Containers and init containers; the index keeps unnamed containers
-# distinguishable in messages.
-_all_containers := array.concat(
-	[c | cs := input.pod.spec.containers; is_array(cs); some c in cs],
-	[c | cs := input.pod.spec.initContainers; is_array(cs); some c in cs],
-)
-
-# Display name of _all_containers[i] (messages only).
-_container_name(i) := n if {
-	n := _all_containers[i].name
-	is_string(n)
-	n != ""
-} else := sprintf("#%d", [i])
-
-# ---------------------------------------------------------------------------
-# Violations (caps, protected taints, tenant isolation: create only)
-# ---------------------------------------------------------------------------
-
-# Caps: per-group resource caps (policies/rules/caps).
-
-# The cap of each capped resource for the subject: the best ranked among
-# its groups.
-_cap := {res: _static.caps[res][r] |
-	some res, ranks in _static.cap_rank
-	r := min([rank | some g in _group_list; rank := ranks[g]])
-}
-
-# What each container asks of each capped resource, as [index, resource,
-# kind, raw, cap, parsed]: kind "limit", or "request" when no limit is set for
-# that resource; parsed as in _pre_caps. Only the amounts over their cap or
-# not a quantity are kept (a string sorts after every number, so the first
-# of parsed ++ ["not a quantity"] is over the cap in both cases), so on an
-# allowed pod the rules below have nothing to look at.
-_amounts := array.concat(
-	[[i, res, "limit", raw, cap, parsed] |
-		caps := _cap
-		count(caps) > 0
-		some i, c in _all_containers
-		some res, cap in caps
-		raw := c.resources.limits[res]
-		raw != null
-		parsed := array.concat([raw | is_number(raw)], [v |
-			is_string(raw)
-			regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$`, raw)
-			v := units.parse(raw)
-		])
-		array.concat(parsed, ["not a quantity"])[0] > cap.value
-	],
-	[[i, res, "request", raw, cap, parsed] |
-		caps := _cap
-		count(caps) > 0
-		some i, c in _all_containers
-		some res, cap in caps
-		raw := c.resources.requests[res]
-		raw != null
-		count([1 | l := c.resources.limits[res]; l != null]) == 0
-		parsed := array.concat([raw | is_number(raw)], [v |
-			is_string(raw)
-			regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$`, raw)
-			v := units.parse(raw)
-		])
-		array.concat(parsed, ["not a quantity"])[0] > cap.value
-	],
-)
-
-_amount_phrase("limit", res, raw) := sprintf("sets %s limit %v", [res, raw])
-
-_amount_phrase("request", res, raw) := sprintf("requests %s %v", [res, raw])
-
-_caps_violations contains msg if {
-	input.operation == "create"
-	some [i, res, kind, raw, cap, [_]] in _amounts
-	msg := sprintf("container %q %s over the cap %v for group %q", [_container_name(i), _amount_phrase(kind, res, raw), cap.raw, cap.group])
-}
-
-# Fail closed on quantities that cannot be compared against a cap.
-_caps_violations contains msg if {
-	input.operation == "create"
-	some [i, res, _, raw, cap, []] in _amounts
-	msg := sprintf("container %q has an invalid %s quantity %v (cap %v for group %q)", [_container_name(i), res, raw, cap.raw, cap.group])
-}
-
-# A cap the admin mistyped must not silently lift the limit.
-_caps_violations contains msg if {
-	input.operation == "create"
-	errors := _static.cap_errors
-	count(errors) > 0
-	some g in _group_list
-	some msg in errors[g]
-}
-
-# Protected taints, with pod-toleration semantics (policies/rules/protected-taints).
-
-# Tolerations of a protected key as [key, operator, value]: operator "Equal"
-# when absent, empty or not a string; value "" when absent or not a string.
-_protected_tolerations := [[key, op, value] |
-	keys := _static.protected_keys
-	count(keys) > 0
-	ts := input.pod.spec.tolerations
-	is_array(ts)
-	some t in ts
-	key := t.key
-	keys[key]
-	op := array.concat([o | o := t.operator; is_string(o); o != ""], ["Equal"])[0]
-	value := array.concat([v | v := t.value; is_string(v)], [""])[0]
-]
-
-_protected_taints_violations contains msg if {
-	input.operation == "create"
-	some [key, "Exists", _] in _protected_tolerations
-	msg := sprintf("toleration %q with operator Exists covers protected taint %q and is not allowed for any subject (subject %q)", [key, key, _subject_name])
-}
-
-_protected_taints_violations contains msg if {
-	input.operation == "create"
-	some [key, "Equal", value] in _protected_tolerations
-	some e in _static.protected[key][value]
-	not e.users[_username]
-	count([1 | some g in _group_list; e.groups[g]]) == 0
-	msg := sprintf("toleration %q=%q of a protected taint is not allowed for subject %q", [key, value, _subject_name])
-}
-
-# Operators other than Equal/Exists are invalid in Kubernetes; on a
-# protected key, refuse rather than guess the semantics.
-_protected_taints_violations contains msg if {
-	input.operation == "create"
-	some [key, op, _] in _protected_tolerations
-	not op in {"Equal", "Exists"}
-	msg := sprintf("toleration %q uses unsupported operator %q on a protected taint (subject %q)", [key, op, _subject_name])
-}
-
-# A toleration without a key (absent, empty or not a string) and operator
-# Exists tolerates every taint.
-_protected_taints_violations contains msg if {
-	input.operation == "create"
-	count(_static.protected_keys) > 0
-	ts := input.pod.spec.tolerations
-	is_array(ts)
-	some t in ts
-	t.operator == "Exists"
-	count([1 | k := t.key; is_string(k); k != ""]) == 0
-	msg := sprintf("toleration without key and operator Exists tolerates protected taints and is not allowed (subject %q)", [_subject_name])
-}
-
-# Tenant isolation (policies/rules/tenant-isolation).
-_tenant := t if {
-	t := input.tenant
-	is_string(t)
-} else := ""
-
-_tenant_label := l if {
-	l := input.tenant_label
-	is_string(l)
-} else := ""
-
-_node_name := n if {
-	n := input.node.name
-	is_string(n)
-} else := ""
-
-_tenant_isolation_violations contains msg if {
-	input.operation == "create"
-	input.node.found == true
-	_tenant_label != ""
-	other := input.node.labels[_tenant_label]
-	other != _tenant
-	msg := sprintf("target node %q belongs to tenant %q, not the pod's tenant %q", [_node_name, other, _tenant])
-}
-
-_tenant_isolation_violations contains msg if {
-	input.operation == "create"
-	_tenant_label != ""
-	other := input.pod.spec.nodeSelector[_tenant_label]
-	other != _tenant
-	msg := sprintf("nodeSelector %s=%v selects tenant %q, not the pod's tenant %q", [_tenant_label, other, other, _tenant])
-}
-
-_tenant_isolation_violations contains msg if {
-	input.operation == "create"
-	_tenant_label != ""
-	terms := input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
-	is_array(terms)
-	some term in terms
-	exprs := term.matchExpressions
-	is_array(exprs)
-	some expr in exprs
-	expr.key == _tenant_label
-	expr.operator == "In"
-	values := expr.values
-	is_array(values)
-	some other in values
-	other != _tenant
-	msg := sprintf("required node affinity %s In %v selects tenant %q, not the pod's tenant %q", [_tenant_label, other, other, _tenant])
-}
-
-# The built-in rules, by name, each in its own document (policies/rules/<name>
-# has its samples, decided three ways by TestSamples): caps, protected taints
-# and tenant isolation above, restricted annotations and images
-# (interlink.rego), quota (quota.rego), HPC (hpc.rego).
+# The built-in rules, by name, each in its own document and file
+# (policies/rules/<name>/ has its Rego, its tests and its samples, decided three
+# ways by TestSamples): caps, protected taints, tenant isolation, restricted
+# annotations and images (through _interlink_violations), quota, HPC. The shared
+# input helpers are in authz_helpers.rego.
 violations contains msg if {
 	some msg in _caps_violations
 }
@@ -894,11 +577,6 @@ _site_pod_annotations := {k: v |
 # The billing project and the tenant's HPC defaults (hpc.rego), then the site's
 # annotations (which win on a shared key).
 _pod_annotations := object.union(object.union(_billing_annotation, _hpc_pod_annotations), _site_pod_annotations)
-
-_billing_annotation := {"interlink.io/billing-project": v} if {
-	v := input.namespace.labels["interlink.io/billing-project"]
-	is_string(v)
-} else := {}
 
 # Iterate a set of names so duplicate container names cannot produce a
 # conflicting object key. An explicit null or {} counts as "no limits";

@@ -174,10 +174,10 @@ func TestDocs(t *testing.T) {
 }
 
 // pageDir is a fresh directory for one page's commands, holding copies of what they
-// name relative to a clone (manifests/, charts/, policies/rego/).
+// name relative to a clone (manifests/, charts/, policies/rego/, policies/rules/).
 func pageDir(t *testing.T, root string) string {
 	dir := t.TempDir()
-	for _, p := range []string{"manifests", "charts", "policies/rego", "deploy"} {
+	for _, p := range []string{"manifests", "charts", "policies/rego", "policies/rules", "deploy"} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -120,7 +120,7 @@ func inertBodyFinding(field, problem, plugin, rule string) string {
 	return fmt.Sprintf("%s %s: %s writes it unquoted into the job script; allowed: %s", field, problem, plugin, rule)
 }
 
-// inertPodIP is rule 6's refusal of an interlink.eu/pod-ip value to subject: it says
+// inertPodIP is the restricted annotations rule's refusal of an interlink.eu/pod-ip value to subject: it says
 // why, never the value.
 func inertPodIP(why, subject string) string {
 	const key = "interlink.eu/pod-ip"

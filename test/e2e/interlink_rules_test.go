@@ -1,6 +1,6 @@
 package e2e
 
-// The default policy's interLink rules (policies/rego/interlink.rego) through the
+// The default policy's interLink rules (policies/rules/restricted-annotations, policies/rules/images) through the
 // interLink relay of the real binary: restricted SLURM annotations and image registries,
 // configured by the policy data.
 

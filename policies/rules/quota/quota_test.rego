@@ -2,7 +2,7 @@ package interlink.quota_test
 
 import data.interlink.authz
 
-# Rule 7 (quota.rego): hard amounts and usage come from the tenant's OffloadTenant
+# Quota (quota.rego): hard amounts and usage come from the tenant's OffloadTenant
 # object, in input.quota (tenants.QuotaInput).
 
 # create builds an allowed create of tenant-a on vk-a with the given input.quota.

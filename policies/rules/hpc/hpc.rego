@@ -7,7 +7,7 @@ package interlink.authz
 # and gids, the values the plugins write unquoted. These rules judge them against
 # the tenant's settings (data.interlink.hpc, read once per load in
 # hpc_settings.rego). Shell outside the container (pre-exec, mpi-flags,
-# wstunnel-client-commands, pod-ip) is the restricted annotations rule (interlink.rego).
+# wstunnel-client-commands, pod-ip) is the restricted annotations rule (restricted_annotations.rego).
 #
 # authz.rego's fast path proves every rule here silent (in its body for a pod that
 # sets nothing of this or only sbatch options, in _fast_hpc_proved for any other) or

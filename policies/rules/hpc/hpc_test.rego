@@ -2,7 +2,7 @@ package interlink.hpc_test
 
 import data.interlink.authz
 
-# Rule 9 (hpc.rego) and the shell annotations of rule 6 (interlink.rego): what a
+# HPC (hpc.rego) and the shell annotations of the restricted annotations rule: what a
 # tenant's pod becomes on the HPC side. input.hpc is written here as
 # policies/hpc.go derives it (TestPodHPC checks the derivation).
 
