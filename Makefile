@@ -182,7 +182,7 @@ OPA_VERSION := $(shell awk '$$1 == "github.com/open-policy-agent/opa" {print $$2
 # The opa CLI does not know the cluster built-ins (k8s.get, k8s.list): the
 # compatibility package and its tests are left to `go test ./policies/`.
 rego-test: ## The Rego tests under the opa CLI itself (the version go.mod pins).
-	$(GO) run github.com/open-policy-agent/opa@$(OPA_VERSION) test policies/ -v --ignore 'kubernetes_api_client*' --ignore examples --ignore samples --ignore rule.json
+	$(GO) run github.com/open-policy-agent/opa@$(OPA_VERSION) test policies/ -v --timeout 2m --ignore 'kubernetes_api_client*' --ignore examples --ignore samples --ignore rule.json
 
 # Budgets are counts of executions, not durations: Go 1.26's fuzz coordinator can fail a
 # duration-bound run with a spurious "context deadline exceeded" (golang/go#75804).

@@ -96,6 +96,23 @@ func DefaultModules() map[string]string {
 	return out
 }
 
+// EmbeddedTestModules returns the embedded *_test.rego sources by file name: the
+// rules' tests share fixtures across files of package interlink.authz, so a tool
+// that runs one rule directory's tests needs them loaded.
+func EmbeddedTestModules() map[string]string {
+	mods, err := embeddedModules(true)
+	if err != nil {
+		panic(err) // fixed at build time, as in DefaultModules
+	}
+	out := map[string]string{}
+	for name, m := range mods {
+		if isTestFile(name) {
+			out[name] = m.text
+		}
+	}
+	return out
+}
+
 // embeddedModule is one embedded file: its path in the tree (rego/authz.rego,
 // rules/caps/caps.rego) and its text.
 type embeddedModule struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/format"
@@ -36,6 +37,8 @@ func TestRegoUnitTests(t *testing.T) {
 	// silently-undefined builtin failures that the lenient server mode hides.
 	ctx := context.Background()
 	ch, err := tester.NewRunner().
+		// OPA's default of 5 s a test fails slow but sound tests on a loaded machine.
+		SetTimeout(2*time.Minute).
 		SetCompiler(ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1).WithStrict(true).WithBuiltins(clusterBuiltinDecls)).
 		AddCustomBuiltins(testerClusterBuiltins()).
 		SetStore(inmem.New()).

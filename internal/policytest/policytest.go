@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
@@ -103,11 +104,23 @@ func runRegoTests(ctx context.Context, opts Options, s *Summary) error {
 	if tests == 0 {
 		return nil
 	}
+	// The embedded tests' fixtures (rules shared by the built-in rules' test files)
+	// are loaded without their tests, so a rule directory's tests compile alone and
+	// the embedded suite is not run again; a directory's file of the same name wins.
+	for name, text := range policies.EmbeddedTestModules() {
+		if _, own := sources[name]; !own {
+			sources[name] = text
+			filenames[name] = "embedded:" + name
+		}
+	}
 	modules := make(map[string]*ast.Module, len(sources))
 	for name, text := range sources {
 		m, err := ast.ParseModuleWithOpts(filenames[name], text, ast.ParserOptions{RegoVersion: ast.RegoV1})
 		if err != nil {
 			return err
+		}
+		if strings.HasPrefix(filenames[name], "embedded:") && isTestFile(name) {
+			withoutTests(m)
 		}
 		modules[filenames[name]] = m
 	}
@@ -125,6 +138,8 @@ func runRegoTests(ctx context.Context, opts Options, s *Summary) error {
 	decls := policies.CompilerBuiltins()
 	builtins := []*tester.Builtin{{Decl: decls["k8s.get"], Func: impls[0]}, {Decl: decls["k8s.list"], Func: impls[1]}}
 	ch, err := tester.NewRunner().
+		// OPA's default of 5 s a test fails slow but sound tests on a loaded machine.
+		SetTimeout(2*time.Minute).
 		SetCompiler(ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1).WithBuiltins(decls)).
 		AddCustomBuiltins(builtins).
 		SetStore(inmem.NewFromObject(data)).
@@ -488,4 +503,19 @@ func mergePatch(target, patch any) any {
 		out[k] = mergePatch(out[k], v)
 	}
 	return out
+}
+
+func isTestFile(name string) bool { return strings.HasSuffix(name, "_test.rego") }
+
+// withoutTests drops a module's test rules (test_*, todo_test_*), keeping its fixtures.
+func withoutTests(m *ast.Module) {
+	kept := m.Rules[:0]
+	for _, r := range m.Rules {
+		name := r.Head.Ref().String()
+		if strings.HasPrefix(name, "test_") || strings.HasPrefix(name, "todo_test_") {
+			continue
+		}
+		kept = append(kept, r)
+	}
+	m.Rules = kept
 }

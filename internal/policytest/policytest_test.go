@@ -152,3 +152,28 @@ func TestBuiltinSamples(t *testing.T) {
 		}
 	}
 }
+
+// TestEachRuleDirectoryAlone: a built-in rule's directory runs its own Rego tests and
+// samples, its tests' shared fixtures loaded from the embedded suite (whose own tests
+// are not run again).
+func TestEachRuleDirectoryAlone(t *testing.T) {
+	entries, err := os.ReadDir("../../policies/rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := 0
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == "samples" {
+			continue
+		}
+		dirs++
+		dir := filepath.Join("../../policies/rules", e.Name())
+		s, out, err := run(t, dir, "")
+		if err != nil || s.Failed() || s.Tests == 0 || s.Samples == 0 {
+			t.Errorf("%s: summary %+v, err %v:\n%s", dir, s, err, out)
+		}
+	}
+	if dirs < 9 {
+		t.Errorf("%d rule directories, want the 9 built-in rules at least", dirs)
+	}
+}
