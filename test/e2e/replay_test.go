@@ -147,11 +147,13 @@ func writeFile(t *testing.T, path, content string) {
 }
 
 // TestReplayDecisionLogs: a bridge decides a mix of pods (allowed and denied, three
-// tenants, a create and a delete) with its decision log uploaded to a service; replay
-// of the uploads with a candidate that adds one site rule reports exactly the pods a
-// bridge running the candidate refuses live (same pods, same reasons), exit 1; with
-// the unchanged policy nothing flips, exit 0; the candidate as a bundle file and as a
-// bundle URL reports the same flips.
+// tenants, a create and a delete) with its decision log uploaded to a service and
+// written on its console; replay of the uploads with a candidate that adds one site
+// rule reports exactly the pods a bridge running the candidate refuses live (same
+// pods, same reasons), exit 1, but the one whose env value the mask erased, which is
+// listed as masked (and flips with --masked.decide); with the unchanged policy nothing
+// flips, exit 0; the bridge's console log read with the uploads reports the same, each
+// event once; the candidate as a bundle file and as a bundle URL reports the same flips.
 func TestReplayDecisionLogs(t *testing.T) {
 	dir := testWorkDir(t)
 	uploads := filepath.Join(dir, "uploads")
@@ -163,7 +165,7 @@ func TestReplayDecisionLogs(t *testing.T) {
 	defer logService.Close()
 	cfg, _ := json.Marshal(map[string]any{
 		"services":      map[string]any{"logs": map[string]any{"url": logService.URL}},
-		"decision_logs": map[string]any{"service": "logs", "resource": "/logs", "reporting": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 1}},
+		"decision_logs": map[string]any{"console": true, "service": "logs", "resource": "/logs", "reporting": map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 1}},
 	})
 	configFile := filepath.Join(dir, "opa-config.json")
 	writeFile(t, configFile, string(cfg))
@@ -174,19 +176,26 @@ func TestReplayDecisionLogs(t *testing.T) {
 	scavenger := withPodLabels(map[string]string{"example.org/queue": "scavenger"})
 	big := onlyContainers(corev1.Container{Name: "main", Image: "busybox:1.36", Resources: corev1.ResourceRequirements{
 		Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("1Gi")}}})
+	secretEnv := func(p *corev1.Pod) {
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "TOKEN", Value: "s3cret-replay-value"}}
+	}
 	cases := []struct {
 		in      map[string]any
 		allowed bool // by the embedded policy
 		flips   bool // the candidate refuses it
+		masked  bool // the log's mask erases part of its input
 	}{
-		{input("create", newPod("team-a", "runner", "a-plain")), true, false},
-		{input("create", newPod("team-a", "runner", "a-scavenger", scavenger)), true, true},
-		{input("create", newPod("team-a", "runner", "a-scavenger-big", scavenger, big)), false, false},
-		{input("delete", newPod("team-a", "cleaner", "job-1", scavenger)), true, false},
-		{input("create", newPod("project-b", "runner", "b-plain")), true, false},
-		{input("create", newPod("project-b", "runner", "b-scavenger", scavenger)), true, true},
-		{input("create", newPod("project-b", "legacy", "b-legacy-scavenger", scavenger)), false, false},
-		{input("create", newPod("orphan", "runner", "orphan-scavenger", scavenger)), false, false},
+		{input("create", newPod("team-a", "runner", "a-plain")), true, false, false},
+		{input("create", newPod("team-a", "runner", "a-scavenger", scavenger)), true, true, false},
+		{input("create", newPod("team-a", "runner", "a-scavenger-big", scavenger, big)), false, false, false},
+		{input("delete", newPod("team-a", "cleaner", "job-1", scavenger)), true, false, false},
+		{input("create", newPod("project-b", "runner", "b-plain")), true, false, false},
+		{input("create", newPod("project-b", "runner", "b-scavenger", scavenger)), true, true, false},
+		{input("create", newPod("project-b", "legacy", "b-legacy-scavenger", scavenger)), false, false, false},
+		{input("create", newPod("orphan", "runner", "orphan-scavenger", scavenger)), false, false, false},
+		// Refused live by the candidate, but its env value is not in the log: replay
+		// lists it as masked rather than re-decide what was not decided.
+		{input("create", newPod("team-a", "runner", "a-secret-scavenger", scavenger, secretEnv)), true, true, true},
 	}
 
 	// Recorded: the embedded policy decides, the decision log plugin uploads.
@@ -195,6 +204,7 @@ func TestReplayDecisionLogs(t *testing.T) {
 	type decided struct {
 		pod, tenant, op string
 		old, now        *cluster.Response
+		masked          bool
 	}
 	var all []decided
 	var ids []string
@@ -210,7 +220,7 @@ func TestReplayDecisionLogs(t *testing.T) {
 		}
 		now := decide(t, live, c.in, w)
 		ids = append(ids, old.DecisionID)
-		all = append(all, decided{pod: pod.Namespace + "/" + pod.Name, op: c.in["operation"].(string), old: old, now: now})
+		all = append(all, decided{pod: pod.Namespace + "/" + pod.Name, op: c.in["operation"].(string), old: old, now: now, masked: c.masked})
 	}
 	if t.Failed() {
 		t.FailNow()
@@ -230,12 +240,17 @@ func TestReplayDecisionLogs(t *testing.T) {
 	t.Logf("%d decisions uploaded in %d gzip batches", len(ids), len(files))
 
 	// What replay must report: the pods whose live answer differs, pod by pod, with
-	// the candidate's reason.
+	// the candidate's reason, but the masked one, which is listed.
 	var flipped []decided
+	var masked decided
 	byTenant := map[string]replayCount{}
 	byRule := map[string]replayCount{}
 	for _, d := range all {
 		if d.old.Allowed() == d.now.Allowed() {
+			continue
+		}
+		if d.masked {
+			masked = d
 			continue
 		}
 		flipped = append(flipped, d)
@@ -246,9 +261,14 @@ func TestReplayDecisionLogs(t *testing.T) {
 		c.ToDenied++
 		byRule["reason: "+d.now.Reason()] = c
 	}
-	if len(flipped) != 2 {
-		t.Fatalf("the candidate bridge changed %d answers, want 2 (a-scavenger and b-scavenger)", len(flipped))
+	if len(flipped) != 2 || masked.old == nil {
+		t.Fatalf("the candidate bridge changed %d answers and the masked pod's %v, want 2 (a-scavenger and b-scavenger) and true", len(flipped), masked.old != nil)
 	}
+	maskedSection := fmt.Sprintf(`
+masked in the log, not re-decided:
+  %s (tenant %s, create, decision %s): erased /input/pod/spec/containers/0/env/0/value
+`, masked.pod, masked.tenant, masked.old.DecisionID)
+	n := len(cases)
 	// The whole report: the embedded policy's decisions name no rules, so a flip is
 	// counted under the candidate's reason.
 	var changed strings.Builder
@@ -256,7 +276,8 @@ func TestReplayDecisionLogs(t *testing.T) {
 		fmt.Fprintf(&changed, "  %s (tenant %s, %s, decision %s): allowed → denied\n    was: %s\n    now: %s\n",
 			d.pod, d.tenant, d.op, d.old.DecisionID, d.old.Reason(), d.now.Reason())
 	}
-	report := fmt.Sprintf(`%d decisions read, %[1]d re-decided: 2 flipped (2 allowed → denied, 0 denied → allowed, 0 other), %d unchanged
+	report := fmt.Sprintf(`%d decisions read, %d re-decided: 2 flipped (2 allowed → denied, 0 denied → allowed, 0 other), %d unchanged
+not compared: 1 masked, 0 recorded without a decision, 0 failed
 
 RULE                                                                                 ALLOWED→DENIED  DENIED→ALLOWED
 reason: `+replayMessage+`  2               0
@@ -266,8 +287,8 @@ team-a    1               0
 tenant-b  1               0
 
 changed decisions:
-%s`, len(cases), len(cases)-2, changed.String())
-	readLine := fmt.Sprintf("read %d decisions (0 lines that are not decision log events skipped, 0 seen twice)\n", len(cases))
+%s%s`, n, n-1, n-3, changed.String(), maskedSection)
+	readLine := fmt.Sprintf("read %d decisions (0 lines that are not decision log events skipped, 0 seen twice)\n", n)
 	checkText := func(t *testing.T, got cliResult) {
 		t.Helper()
 		got.check(t, 1, report, readLine)
@@ -278,8 +299,8 @@ changed decisions:
 		if err := json.Unmarshal([]byte(got.stdout), &r); err != nil || got.code != 1 {
 			t.Fatalf("exit %d, %v; want 1 and a JSON report:\n%s\n%s", got.code, err, got.stdout, got.stderr)
 		}
-		if r.Events != len(cases) || r.Replayed != len(cases) || r.Unchanged != len(cases)-2 ||
-			len(r.Masked) != 0 || len(r.NoDecision) != 0 || len(r.Failed) != 0 || len(r.Flipped) != 2 {
+		if r.Events != n || r.Replayed != n-1 || r.Unchanged != n-3 ||
+			len(r.Masked) != 1 || len(r.NoDecision) != 0 || len(r.Failed) != 0 || len(r.Flipped) != 2 {
 			t.Fatalf("report: %s", got.stdout)
 		}
 		for i, f := range r.Flipped {
@@ -302,9 +323,40 @@ changed decisions:
 		checkJSON(t, runCLI(t, "", "replay", "--policies="+candidate, data, "-o", "json", uploads))
 	})
 	t.Run("the unchanged policy", func(t *testing.T) {
-		want := fmt.Sprintf("%d decisions read, %d re-decided: 0 flipped (0 allowed → denied, 0 denied → allowed, 0 other), %d unchanged\n",
-			len(cases), len(cases), len(cases))
+		want := fmt.Sprintf("%d decisions read, %d re-decided: 0 flipped (0 allowed → denied, 0 denied → allowed, 0 other), %d unchanged\n"+
+			"not compared: 1 masked, 0 recorded without a decision, 0 failed\n%s", n, n-1, n-1, maskedSection)
 		runCLI(t, "", "replay", data, uploads).check(t, 0, want, readLine)
+	})
+	t.Run("the masked decision too", func(t *testing.T) {
+		// --masked.decide: every pod the live candidate refuses, in the log's order,
+		// the masked one marked.
+		got := runCLI(t, "", "replay", "--policies="+candidate, data, "--masked.decide", "-o", "json", uploads)
+		var r replayReport
+		if err := json.Unmarshal([]byte(got.stdout), &r); err != nil || got.code != 1 || r.Replayed != n || len(r.Flipped) != 3 {
+			t.Fatalf("exit %d, %v; want 1 and 3 flips of %d re-decided:\n%s\n%s", got.code, err, n, got.stdout, got.stderr)
+		}
+		var pods []string
+		for _, f := range r.Flipped {
+			pods = append(pods, fmt.Sprintf("%s/%s masked=%v now=%q", f.Namespace, f.Pod, len(f.Masked) > 0, f.New.Reason))
+		}
+		want := []string{
+			fmt.Sprintf("team-a/a-scavenger masked=false now=%q", replayMessage),
+			fmt.Sprintf("project-b/b-scavenger masked=false now=%q", replayMessage),
+			fmt.Sprintf("team-a/a-secret-scavenger masked=true now=%q", replayMessage),
+		}
+		if strings.Join(pods, "\n") != strings.Join(want, "\n") {
+			t.Errorf("flips:\n%s\nwant:\n%s", strings.Join(pods, "\n"), strings.Join(want, "\n"))
+		}
+	})
+	t.Run("the console log with the uploads", func(t *testing.T) {
+		// The bridge's stderr: its own log lines skipped, the console's events the
+		// uploads' (each counted once).
+		got := runCLI(t, "", "replay", "--policies="+candidate, data, recorded.LogPath, uploads)
+		before, after, ok := strings.Cut(got.stderr, " lines that are not decision log events skipped, ")
+		if got.code != 1 || got.stdout != report || !ok || before == fmt.Sprintf("read %d decisions (0", n) ||
+			!strings.HasPrefix(before, fmt.Sprintf("read %d decisions (", n)) || after != fmt.Sprintf("%d seen twice)\n", n) {
+			t.Errorf("exit %d, stderr %q; want 1, the log's other lines skipped and %d seen twice; stdout:\n%s\nwant:\n%s", got.code, got.stderr, n, got.stdout, report)
+		}
 	})
 
 	// The same rule as a bundle revision, layered over the embedded policy.
