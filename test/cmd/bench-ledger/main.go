@@ -116,7 +116,9 @@ func run(c config) error {
 	for i := range c.replicas {
 		// Room for every round's pending charges: nothing confirms a pod here faster
 		// than the job is decided.
-		args := append([]string{"--log.level=warn", fmt.Sprintf("--quota.max-pending=%d", (c.rounds+1)*c.pods+100)}, c.args...)
+		// The warm-up's charges (pods never created) must hold their room through the
+		// edge rounds, which count on it: no release of a missing pod during the run.
+		args := append([]string{"--log.level=warn", fmt.Sprintf("--quota.max-pending=%d", (c.rounds+1)*c.pods+100), "--quota.pending-timeout=1h"}, c.args...)
 		b, err := cluster.StartBridge(cluster.BridgeOptions{Binary: c.bridge, Kubeconfig: bench.Kubeconfig, Args: args, ReadyTimeout: 2 * time.Minute,
 			LogPath: filepath.Join(bench.Dir, fmt.Sprintf("replica-%d.log", i))})
 		if b != nil {
