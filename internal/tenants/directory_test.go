@@ -283,3 +283,46 @@ func TestToTenant(t *testing.T) {
 		t.Errorf("toTenant(tombstone) = %v, %v; want it unchanged", got, err)
 	}
 }
+
+// OnSpecChange names a tenant whose spec changed (a new generation) or that is not
+// recalculated yet, not one whose status alone changed.
+func TestDirectoryOnSpecChange(t *testing.T) {
+	d, client := startDirectory(t, nil, dirTenant(t, "team-a", "interlink.io", nil, nil))
+	changed := make(chan string, 10)
+	stop, err := d.OnSpecChange(func(tenant string) { changed <- tenant })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	drain := func() []string {
+		var got []string
+		for {
+			select {
+			case name := <-changed:
+				got = append(got, name)
+			case <-time.After(200 * time.Millisecond):
+				return got
+			}
+		}
+	}
+	drain() // the adds of the objects listed
+	update := func(generation, observed int64, hard corev1.ResourceList) {
+		t.Helper()
+		o := dirTenant(t, "team-a", "interlink.io", nil, hard)
+		o.SetGeneration(generation)
+		if err := unstructured.SetNestedField(o.Object, observed, "status", "observedGeneration"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.Resource(v1alpha1.Resource).Update(context.Background(), o, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(2, 1, pods("2")) // a quota set
+	if got := drain(); !slices.Equal(got, []string{"team-a"}) {
+		t.Errorf("after the quota was set: %v, want team-a", got)
+	}
+	update(2, 2, pods("2")) // the reconciler's status write
+	if got := drain(); len(got) != 0 {
+		t.Errorf("after a status write: %v, want nothing", got)
+	}
+}

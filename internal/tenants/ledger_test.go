@@ -405,3 +405,45 @@ func TestLedgerReadsStoredPodsAtOnce(t *testing.T) {
 		t.Errorf("%d pending, want 31", len(s.Pending))
 	}
 }
+
+// TestLedgerWaitsForUsage: a tenant whose spec the reconciler has not recalculated yet
+// (a quota just set: usage does not count the pods already running) charges nothing
+// until it has, as ResourceQuota admission waits for its usage; a caller that gives up
+// first gets no allow.
+func TestLedgerWaitsForUsage(t *testing.T) {
+	fresh := tenant("team-a", corev1.ResourceList{"pods": resource.MustParse("2")}, nil)
+	fresh.Generation = 2
+	fresh.Status.ObservedGeneration = 1
+	c := fakeClient(t, interceptor.Funcs{}, fresh)
+	l := NewLedger(c, nil, LedgerOptions{})
+
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := l.Charge(short, onePod("early"))
+	if err == nil || isRefusal(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("charge before the reconciler: %v, want the caller's deadline", err)
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- l.Charge(context.Background(), onePod("a")) }()
+	select {
+	case err := <-done:
+		t.Fatalf("charged before the reconciler recalculated: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	// The reconciler's round: the two pods already running are counted.
+	var o v1alpha1.OffloadTenant
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "team-a"}, &o); err != nil {
+		t.Fatal(err)
+	}
+	o.Status.ObservedGeneration = 2
+	o.Status.Used = corev1.ResourceList{"pods": resource.MustParse("2")}
+	if err := c.Status().Update(context.Background(), &o); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	var refusal *Refusal
+	if want := `tenant "team-a" would use 3 pods on virtual nodes, over its quota of 2 (2 in use, this pod holds 1)`; !errors.As(err, &refusal) || refusal.Message != want {
+		t.Fatalf("charge after the round: %v, want the refusal %q", err, want)
+	}
+}
