@@ -163,6 +163,10 @@ func printOutcome(w io.Writer, o Outcome) error {
 	}
 	lines = append(lines, reviewLines(o.Result["review"])...)
 	lines = append(lines, "  modifications: "+string(modifications))
+	// What a rule in warn or audit let through: deny would refuse it.
+	for _, v := range o.Verdict.WouldDeny() {
+		lines = append(lines, fmt.Sprintf("  would deny (%s): %s: %s", v.Action, v.Rule, v.Message))
+	}
 	_, err = fmt.Fprintln(w, strings.Join(lines, "\n"))
 	return err
 }

@@ -213,3 +213,30 @@ func TestCheckFrontDoor(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckTextWouldDeny: violations in warn or audit are printed after the
+// modifications, what denies only in the reason.
+func TestCheckTextWouldDeny(t *testing.T) {
+	result := map[string]any{"allowed": true, "reason": "RBAC: yes", "modifications": map[string]any{"pod_annotations": map[string]any{}, "resource_limits": map[string]any{}},
+		"review": map[string]any{"allowed": true, "reason": "RBAC: yes", "attributes": []any{podReview}},
+		"violations": []any{
+			map[string]any{"rule": "caps", "message": "over the cap", "action": "warn"},
+			map[string]any{"rule": "images", "message": "unlisted", "action": "audit"},
+		}}
+	d := &fakeDecider{answers: map[string]authorizer.Decision{"ok": {ID: "d", Defined: true, Result: ast.MustInterfaceToValue(result)}}}
+	var out bytes.Buffer
+	if err := PrintText(&out, Check(context.Background(), d, []Pod{testPod("ok")}, CheckOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	want := `job/ok (pod ns/ok): allowed
+  reason: RBAC: yes
+  review: create pods.g in namespace "ns": allowed
+  review reason: RBAC: yes
+  modifications: {"pod_annotations":{},"resource_limits":{}}
+  would deny (warn): caps: over the cap
+  would deny (audit): images: unlisted
+`
+	if out.String() != want {
+		t.Errorf("check printed\n%s\nwant\n%s", out.String(), want)
+	}
+}
