@@ -205,3 +205,28 @@ func inputMember(t *testing.T, v ast.Value, name string) string {
 	}
 	return m.String()
 }
+
+// TestEnforcementMemoKeysOnFrontDoor: the decision memo keys on input.front_door (the
+// policy reads it), so a result memoised for one front door never answers another.
+func TestEnforcementMemoKeysOnFrontDoor(t *testing.T) {
+	const data = `{"interlink": {"enforcement": {"tenant-isolation": {"admission": "warn"}}}}`
+	pod := podInput("create", "team-a", "runner", `, "node": {"name": "vk-a"}`)
+	pod = strings.Replace(pod, `"serviceAccountName"`, `"nodeSelector": {"interlink.io/tenant": "tenant-b"}, "serviceAccountName"`, 1)
+	a := enforcementAuthorizer(t, data, prometheus.NewRegistry(), nil)
+	for i, door := range []FrontDoor{FrontDoorAdmission, FrontDoorAdmission, FrontDoorRelay, FrontDoorRelay, FrontDoorAdmission, FrontDoorRelay, FrontDoorDataAPI} {
+		d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: json.RawMessage(pod), FrontDoor: door})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := ReadVerdict(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := door == FrontDoorAdmission; v.Allowed != want || len(v.Violations) != 1 {
+			t.Errorf("decision %d at %s: allowed %v (violations %+v), want %v", i, door, v.Allowed, v.Violations, want)
+		}
+	}
+	if hits := testutil.ToFloat64(a.metrics.memo.WithLabelValues("hit")); hits != 2 {
+		t.Errorf("%v memo hits, want 2 (the fifth and sixth decisions)", hits)
+	}
+}
