@@ -300,7 +300,9 @@ reason := _review_reason if {
 	allow
 } else := concat("; ", array.concat(_review_deny_part, [m | some m in sort(deny); not m in _review_deny_part]))
 
-_review_deny_part := _review_part if {
+_review_deny_part := [] if {
+	count(_review_part) == 0
+} else := _review_part if {
 	_action("review") == "deny"
 } else := []
 
@@ -900,7 +902,11 @@ violations contains msg if {
 # site.<name>, and a message added to violations in this package by a site
 # (docs/policies.md, "Rules added to the policy's own package") as
 # interlink.authz.
-_named_violations := _rule_violations | {["interlink.authz", msg] |
+_named_violations := set() if {
+	# Every rule's message is in violations: none there, none anywhere (the cost of
+	# naming them is left to pods that have some).
+	count(violations) == 0
+} else := _rule_violations | {["interlink.authz", msg] |
 	some msg in violations
 	not _rule_messages[msg]
 }
@@ -934,7 +940,11 @@ _action_setting(rule) := a if {
 # The decision's violations: every violation with its rule and action, sorted
 # by rule, then message; the review's refusal is rule review; a message a site
 # added to deny directly always denies (rule interlink.authz).
-_decision_violations := [{"rule": r, "message": m, "action": a} | some [r, m, a] in sort(_acted_violations)]
+_decision_violations := [] if {
+	count(_named_violations) == 0
+	count(_review_part) == 0
+	count(deny) == 0
+} else := [{"rule": r, "message": m, "action": a} | some [r, m, a] in sort(_acted_violations)]
 
 _acted_violations := ({[r, m, _action(r)] | some [r, m] in _named_violations} | {["review", m, _action("review")] | some m in _review_part}) | {["interlink.authz", m, "deny"] |
 	some m in deny
