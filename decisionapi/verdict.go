@@ -18,6 +18,57 @@ type Verdict struct {
 	Reason  string
 	// Modifications are set only when Allowed.
 	Modifications Modifications
+	// Violations are every rule's findings with the action each takes here (the
+	// decision's "violations", sorted by rule, then message); only those of action deny
+	// count in Allowed and Reason.
+	Violations []Violation
+}
+
+// A Violation is one message of one rule, and what it does at this front door.
+type Violation struct {
+	// Rule names the rule: a built-in rule's directory under policies/rules/ (caps,
+	// review, ...), site.<name> for a site package, interlink.authz for a rule added to
+	// the policy's own package.
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+	// Action is ActionDeny, ActionWarn or ActionAudit.
+	Action string `json:"action"`
+}
+
+// Actions of a violation (data.interlink.enforcement).
+const (
+	ActionDeny  = "deny"
+	ActionWarn  = "warn"
+	ActionAudit = "audit"
+)
+
+// Warnings are the violations whose action is warn: allowed, and shown to whoever
+// asked (the webhooks answer them as admission warnings).
+func (v Verdict) Warnings() []Violation { return v.withAction(ActionWarn) }
+
+// WouldDeny are the violations that warn or audit: what deny would refuse.
+func (v Verdict) WouldDeny() []Violation {
+	return append(v.withAction(ActionWarn), v.withAction(ActionAudit)...)
+}
+
+func (v Verdict) withAction(action string) []Violation {
+	var out []Violation
+	for _, x := range v.Violations {
+		if x.Action == action {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// CheckViolation checks a violation read from a decision: every member a string, the
+// action one of the three. Anything else is an error, never ignored.
+func CheckViolation(x Violation) error {
+	switch x.Action {
+	case ActionDeny, ActionWarn, ActionAudit:
+		return nil
+	}
+	return fmt.Errorf("rule %q: action %q is not deny, warn or audit", x.Rule, x.Action)
 }
 
 // Modifications are what an allowing decision asks the caller to change in the pod.
@@ -47,6 +98,10 @@ func ReadVerdict(result any) (Verdict, error) {
 	}
 	v := Verdict{Allowed: allowed}
 	v.Reason, _ = obj["reason"].(string)
+	var err error
+	if v.Violations, err = readViolations(obj["violations"]); err != nil {
+		return Verdict{}, fmt.Errorf("violations: %w", err)
+	}
 	if !allowed {
 		return v, nil
 	}
@@ -56,6 +111,35 @@ func ReadVerdict(result any) (Verdict, error) {
 	}
 	v.Modifications = mods
 	return v, nil
+}
+
+// readViolations reads a decision's violations (absent or null: none).
+func readViolations(raw any) ([]Violation, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		return nil, fmt.Errorf("a %s, not an array", jsonType(raw))
+	}
+	out := make([]Violation, 0, len(list))
+	for i, item := range list {
+		obj, ok := item.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%d: a %s, not an object", i, jsonType(item))
+		}
+		var x Violation
+		for name, dst := range map[string]*string{"rule": &x.Rule, "message": &x.Message, "action": &x.Action} {
+			if *dst, ok = obj[name].(string); !ok {
+				return nil, fmt.Errorf("%d: %s is a %s, not a string", i, name, jsonType(obj[name]))
+			}
+		}
+		if err := CheckViolation(x); err != nil {
+			return nil, fmt.Errorf("%d: %w", i, err)
+		}
+		out = append(out, x)
+	}
+	return out, nil
 }
 
 // ReadModifications reads an allowing decision's modifications (JSON decoded with

@@ -66,6 +66,10 @@ type Options struct {
 	// Cluster serves the k8s.get and k8s.list built-ins (cluster.go); nil:
 	// calling them is an evaluation error.
 	Cluster ClusterReader
+	// AllowRelaxingSafetyRules lets data.interlink.enforcement set the safety rules
+	// (SafetyRules) to warn or audit; without it such data is a load error
+	// (enforcement.go).
+	AllowRelaxingSafetyRules bool
 }
 
 // Evaluator evaluates documents of a compiled policy set. It is safe for
@@ -176,6 +180,8 @@ type snapshot struct {
 	embedded map[string]embeddedModule // the embedded modules by name, read once per load
 	bundles  []Bundle                  // layered over the files (bundles.go), by name
 	cluster  ClusterReader             // not part of the fingerprint: fixed for the process
+	// allowRelaxing is Options.AllowRelaxingSafetyRules (fixed for the process too).
+	allowRelaxing bool
 }
 
 // readSnapshot reads the embedded modules, opts.Dir's policies and opts.DataFile.
@@ -184,7 +190,7 @@ func readSnapshot(opts Options) (snapshot, error) {
 	if err != nil {
 		return snapshot{}, err
 	}
-	snap := snapshot{sources: make(map[string]source, len(defaults)), dataFile: opts.DataFile, cluster: opts.Cluster, embedded: defaults}
+	snap := snapshot{sources: make(map[string]source, len(defaults)), dataFile: opts.DataFile, cluster: opts.Cluster, embedded: defaults, allowRelaxing: opts.AllowRelaxingSafetyRules}
 	for name, m := range defaults {
 		snap.sources[name] = source{filename: embeddedPrefix + m.path, text: m.text}
 	}
@@ -214,6 +220,9 @@ func (s snapshot) build() (*Evaluator, error) {
 		}
 	}
 	if data, err = overlayBundleData(data, s.bundles); err != nil {
+		return nil, err
+	}
+	if err := checkEnforcement(data, s.allowRelaxing); err != nil {
 		return nil, err
 	}
 	// Data is converted to Rego values once, here, rather than on every

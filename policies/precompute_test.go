@@ -66,6 +66,15 @@ func precomputeDatas() map[string]string {
 	return datas
 }
 
+// enforcementData sets rules to warn and audit: they allow with violations, which the
+// fast path never does (it proves there are none). TestPrecomputeMatchesFallback alone
+// decides with it (the other users of precomputeDatas expect every allowed input on the
+// fast path, and site rules to deny).
+const enforcementData = `{"interlink": {"limits": {"system:serviceaccounts:team-a": {"cpu": "2", "memory": "4Gi"}},
+  "protected_taints": [{"key": "hpc.example/gpu", "value": "a100", "allowed_groups": ["system:serviceaccounts:team-a"]}],
+  "enforcement": {"caps": "warn", "protected-taints": {"default": "audit", "relay": "deny"}, "tenant-isolation": {"default": "warn"},
+    "restricted-annotations": "audit", "quota": "warn", "images": "audit", "interlink.authz": "warn", "site.x": "audit"}}}`
+
 // TestPrecomputeMatchesFallback: the policy gives the same documents with
 // the precomputed document (and so the fast path) as without it, the way
 // the opa CLI or an OPA server evaluates it.
@@ -73,7 +82,9 @@ func TestPrecomputeMatchesFallback(t *testing.T) {
 	for source, newEv := range evaluatorSources {
 		t.Run(source, func(t *testing.T) {
 			inputs := append(variedInputs(t), wellFormedInputs(t)...)
-			for dname, data := range precomputeDatas() {
+			datas := precomputeDatas()
+			datas["enforcement"] = enforcementData
+			for dname, data := range datas {
 				opts := Options{}
 				var parsed map[string]any
 				if data != "" {

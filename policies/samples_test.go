@@ -40,7 +40,11 @@ import (
 //	 "want": {"allowed": bool,
 //	          "violations": [message, ...],  the rule's own messages, sorted
 //	          "annotations": {...},          optional: the rule's own pod annotations
-//	          "modifications": {...}}}       optional: the decision's modifications
+//	          "modifications": {...},        optional: the decision's modifications
+//	          "decision_violations": [...]}} optional: the decision's violations, each
+//	                                         {"rule", "message", "action"}; set with a
+//	                                         data_patch of interlink.enforcement for
+//	                                         warn and audit
 //
 // TestSamples decides every sample three ways: the rule alone (its violations
 // document), the decision with the precomputed tables (the fast path's, as sar-bridge
@@ -108,6 +112,8 @@ type sample struct {
 		Violations    []string       `json:"violations"`
 		Annotations   map[string]any `json:"annotations"`
 		Modifications map[string]any `json:"modifications"`
+		// DecisionViolations, when set, is the decision's violations exactly.
+		DecisionViolations []map[string]string `json:"decision_violations"`
 	} `json:"want"`
 }
 
@@ -306,10 +312,25 @@ func TestSamples(t *testing.T) {
 						t.Errorf("%s: modifications\n got %s\nwant %s", name, gm, wm)
 					}
 				}
+				if s.Want.DecisionViolations != nil {
+					gv, _ := json.Marshal(d["violations"])
+					wv, _ := json.Marshal(s.Want.DecisionViolations)
+					if string(gv) != string(wv) {
+						t.Errorf("%s: decision violations\n got %s\nwant %s", name, gv, wv)
+					}
+				}
 				if d["allowed"] != true {
 					continue
 				}
 				allowed++
+				if vs, _ := d["violations"].([]any); len(vs) > 0 {
+					// Allowed with violations in warn or audit: the fast path proves that no
+					// rule finds anything, so the general rules decide.
+					if w.fastPathTaken(t, in) {
+						t.Errorf("%s: %s: allowed with violations %v by the fast path", name, s.Description, vs)
+					}
+					continue
+				}
 				switch taken := w.fastPathTaken(t, in); {
 				case taken:
 					fast++

@@ -35,6 +35,16 @@ type CheckOptions struct {
 	Operation string // create (default), delete or status
 	Node      string // the target virtual node; empty: the pod's spec.nodeName
 	User      *User  // nil: the pod's service account
+	// FrontDoor is the front door the decision is made as (input.front_door): a rule's
+	// action may differ per front door. Empty: the Data API, as the server answers it.
+	FrontDoor authorizer.FrontDoor
+}
+
+func (o CheckOptions) frontDoor() authorizer.FrontDoor {
+	if o.FrontDoor == "" {
+		return authorizer.FrontDoorDataAPI
+	}
+	return o.FrontDoor
 }
 
 // Outcome is the decision on one pod, or the error that prevented it.
@@ -78,7 +88,7 @@ func checkOne(ctx context.Context, d Decider, p Pod, opts CheckOptions) Outcome 
 		o.Err = err
 		return o
 	}
-	decision, err := d.Decide(ctx, authorizer.Request{Path: DecisionPath, Input: raw, Charge: authorizer.ChargeNothing})
+	decision, err := d.Decide(ctx, authorizer.Request{Path: DecisionPath, Input: raw, Charge: authorizer.ChargeNothing, FrontDoor: opts.frontDoor()})
 	o.DecisionID = decision.ID
 	if err != nil {
 		o.Err = err
@@ -153,6 +163,10 @@ func printOutcome(w io.Writer, o Outcome) error {
 	}
 	lines = append(lines, reviewLines(o.Result["review"])...)
 	lines = append(lines, "  modifications: "+string(modifications))
+	// What a rule in warn or audit let through: deny would refuse it.
+	for _, v := range o.Verdict.WouldDeny() {
+		lines = append(lines, fmt.Sprintf("  would deny (%s): %s: %s", v.Action, v.Rule, v.Message))
+	}
 	_, err = fmt.Fprintln(w, strings.Join(lines, "\n"))
 	return err
 }

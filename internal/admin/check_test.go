@@ -2,9 +2,11 @@ package admin
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -19,11 +21,15 @@ type fakeDecider struct {
 	answers map[string]authorizer.Decision
 	errs    map[string]error
 	inputs  []map[string]any
+	door    authorizer.FrontDoor // the front door check must ask as; "": the Data API
 }
 
 func (f *fakeDecider) Decide(_ context.Context, r authorizer.Request) (authorizer.Decision, error) {
 	if r.Charge != authorizer.ChargeNothing {
 		return authorizer.Decision{}, errors.New("check asked for a decision that may charge")
+	}
+	if want := cmp.Or(f.door, authorizer.FrontDoorDataAPI); r.FrontDoor != want {
+		return authorizer.Decision{}, fmt.Errorf("check asked as front door %q, want %q", r.FrontDoor, want)
 	}
 	var in map[string]any
 	if err := json.Unmarshal(r.Input, &in); err != nil {
@@ -194,5 +200,43 @@ func TestPrintJSON(t *testing.T) {
 `
 	if out.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// TestCheckFrontDoor: check decides as the Data API unless told which front door.
+func TestCheckFrontDoor(t *testing.T) {
+	for _, door := range []authorizer.FrontDoor{"", authorizer.FrontDoorRelay, authorizer.FrontDoorAdmission} {
+		d := &fakeDecider{answers: map[string]authorizer.Decision{"ok": decision(true, "yes", nil)}, door: door}
+		out := Check(context.Background(), d, []Pod{testPod("ok")}, CheckOptions{FrontDoor: door})
+		if len(out) != 1 || out[0].Err != nil || !out[0].Allowed() {
+			t.Errorf("front door %q: %+v", door, out)
+		}
+	}
+}
+
+// TestCheckTextWouldDeny: violations in warn or audit are printed after the
+// modifications, what denies only in the reason.
+func TestCheckTextWouldDeny(t *testing.T) {
+	result := map[string]any{"allowed": true, "reason": "RBAC: yes", "modifications": map[string]any{"pod_annotations": map[string]any{}, "resource_limits": map[string]any{}},
+		"review": map[string]any{"allowed": true, "reason": "RBAC: yes", "attributes": []any{podReview}},
+		"violations": []any{
+			map[string]any{"rule": "caps", "message": "over the cap", "action": "warn"},
+			map[string]any{"rule": "images", "message": "unlisted", "action": "audit"},
+		}}
+	d := &fakeDecider{answers: map[string]authorizer.Decision{"ok": {ID: "d", Defined: true, Result: ast.MustInterfaceToValue(result)}}}
+	var out bytes.Buffer
+	if err := PrintText(&out, Check(context.Background(), d, []Pod{testPod("ok")}, CheckOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	want := `job/ok (pod ns/ok): allowed
+  reason: RBAC: yes
+  review: create pods.g in namespace "ns": allowed
+  review reason: RBAC: yes
+  modifications: {"pod_annotations":{},"resource_limits":{}}
+  would deny (warn): caps: over the cap
+  would deny (audit): images: unlisted
+`
+	if out.String() != want {
+		t.Errorf("check printed\n%s\nwant\n%s", out.String(), want)
 	}
 }

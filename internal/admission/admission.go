@@ -301,6 +301,11 @@ func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest,
 		return denied(http.StatusForbidden, metav1.StatusReasonForbidden, s.explain(v.Reason), d.ID), resultDenied, nil
 	}
 	resp := withDryRunWarning(withDecision(allowed(), d.ID), req, mutate)
+	if !mutate {
+		// Rules in warn: allowed, and the API server hands the messages to the client
+		// (kubectl prints "Warning: ..."). Once, from the validating webhook.
+		resp.Warnings = append(resp.Warnings, s.warnings(v.Warnings())...)
+	}
 	if mutate {
 		patch, err := buildPatch(s.raw, v.Modifications)
 		if err != nil {
@@ -312,6 +317,20 @@ func (h *Handler) answer(ctx context.Context, req *admissionv1.AdmissionRequest,
 		}
 	}
 	return resp, resultAllowed, nil
+}
+
+// warnings are the admission warnings of a decision's violations in warn: the rule and
+// its message, about the pod template of a workload where that is what was decided.
+func (s subject) warnings(violations []authorizer.Violation) []string {
+	out := make([]string, 0, len(violations))
+	for _, v := range violations {
+		w := fmt.Sprintf("sar-bridge: %s (warn): %s", v.Rule, v.Message)
+		if s.workload != "" {
+			w = fmt.Sprintf("sar-bridge: pod template of %s: %s (warn): %s", s.workload, v.Rule, v.Message)
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 // dryRunWarning is what an allowed dry run answers: the decision is the real one, but
@@ -545,7 +564,7 @@ func (h *Handler) decide(ctx context.Context, req *admissionv1.AdmissionRequest,
 		return authorizer.Decision{}, fmt.Errorf("encoding the decision input: %w", err)
 	}
 	r := authorizer.Request{
-		Path: h.opts.DecisionPath, Input: raw, Charge: chargeMode(req, s, mutate),
+		Path: h.opts.DecisionPath, Input: raw, Charge: chargeMode(req, s, mutate), FrontDoor: authorizer.FrontDoorAdmission,
 		// The pod under admission is not the one stored under its name, if any: who wrote
 		// the live pod's annotations says nothing about this one (input.hpc.writers).
 		NotStored: true,

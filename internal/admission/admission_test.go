@@ -31,6 +31,7 @@ type call struct {
 	subject   *authorizer.Subject // nil: the pod's service account
 	charge    authorizer.ChargeMode
 	notStored bool
+	frontDoor authorizer.FrontDoor
 }
 
 // fakeDecider answers every decision with result, or err.
@@ -45,7 +46,7 @@ func (f *fakeDecider) Decide(_ context.Context, r authorizer.Request) (authorize
 	if err := json.Unmarshal(r.Input, &in); err != nil {
 		return authorizer.Decision{}, err
 	}
-	f.calls = append(f.calls, call{input: in, subject: r.As, charge: r.Charge, notStored: r.NotStored})
+	f.calls = append(f.calls, call{input: in, subject: r.As, charge: r.Charge, notStored: r.NotStored, frontDoor: r.FrontDoor})
 	if f.err != nil {
 		return authorizer.Decision{}, f.err
 	}

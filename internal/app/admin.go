@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -24,7 +25,9 @@ import (
 
 	"github.com/sar-bridge/sar-bridge/decisionapi"
 	"github.com/sar-bridge/sar-bridge/internal/admin"
+	"github.com/sar-bridge/sar-bridge/internal/authorizer"
 	"github.com/sar-bridge/sar-bridge/internal/kube"
+	"github.com/sar-bridge/sar-bridge/policies"
 )
 
 // Exit code of a command line the admin commands cannot run.
@@ -96,6 +99,7 @@ type adminFlags struct {
 	as        string
 	asGroups  []string
 	output    string
+	frontDoor string
 }
 
 // newAdminFlagSet returns the flags of an admin command; the shared decision flags are
@@ -199,6 +203,7 @@ func Check(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringArrayVarP(&a.filenames, "filename", "f", nil, "File of Pods or workloads to check (repeatable); - reads stdin.")
 	fs.StringVar(&a.as, "as", "", "Decide for this user (input.user) instead of each pod's service account; the kubeconfig's user must be allowed to impersonate it.")
 	fs.StringArrayVar(&a.asGroups, "as-group", nil, "A group of --as (repeatable); the groups are taken as given, as input.user is.")
+	fs.StringVar(&a.frontDoor, "front-door", string(authorizer.FrontDoorDataAPI), "Decide as this front door would (input.front_door: relay, admission or data_api); a rule's action (data.interlink.enforcement) may differ per front door.")
 	if code := parseAdmin(fs, checkHelp, args, stdout, stderr); code >= 0 {
 		return code
 	}
@@ -210,6 +215,8 @@ func Check(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return usageError(stderr, fs.Name(), errors.New("-f/--filename is required"))
 	case len(a.asGroups) > 0 && a.as == "":
 		return usageError(stderr, fs.Name(), errors.New("--as-group needs --as"))
+	case !slices.Contains(policies.FrontDoors, a.frontDoor):
+		return usageError(stderr, fs.Name(), fmt.Errorf("--front-door %q: want one of %s", a.frontDoor, strings.Join(policies.FrontDoors, ", ")))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -245,7 +252,7 @@ func check(ctx context.Context, cfg decisionOptions, a adminFlags, stdin io.Read
 		return nil, err
 	}
 	defer core.stop() // the decision logs go out before check exits
-	opts := admin.CheckOptions{Operation: a.operation, Node: a.node}
+	opts := admin.CheckOptions{Operation: a.operation, Node: a.node, FrontDoor: authorizer.FrontDoor(a.frontDoor)}
 	if a.as != "" {
 		opts.User = &admin.User{Username: a.as, Groups: a.asGroups}
 		if ctx, err = withKubeconfigUser(ctx, core.client); err != nil {

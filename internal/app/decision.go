@@ -37,6 +37,7 @@ type decisionOptions struct {
 	tenantLabel    string
 	policyDir      string
 	policyData     string
+	relaxSafety    bool
 	nodeAccess     bool
 	reviewTimeout  time.Duration
 	kubeQPS        float32
@@ -61,6 +62,7 @@ func (o *decisionOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.tenantLabel, "tenant.label", "interlink.io/tenant", "Namespace (and node) label naming the tenant; a namespace without it is its own tenant.")
 	fs.StringVar(&o.policyDir, "policies", "", "Directory of .rego files that extend the embedded policy; a file named like an embedded one replaces it.")
 	fs.StringVar(&o.policyData, "policies.data", "", "JSON or YAML file whose object becomes the policy's data (the default policy reads limits, protected_taints, default_limits, restricted_annotations, image_registries and quotas under \"interlink\"; see docs/policies.md).")
+	fs.BoolVar(&o.relaxSafety, "policies.allow-relaxing-safety-rules", false, "Let policy data (data.interlink.enforcement, from --policies.data or a bundle) set the safety rules, review (RBAC) and hpc, to warn or audit; without it such data is refused at load. See docs/policies.md, \"Enforcement actions\".")
 	fs.BoolVar(&o.nodeAccess, "review.node-access", false, "Also require \"use\" on \"nodes\" in the tenant's group, named after the target virtual node.")
 	fs.DurationVar(&o.reviewTimeout, "review.timeout", 5*time.Second, "Longest wait for one SubjectAccessReview; past it the decision is a 503, never an allow.")
 	fs.Float32Var(&o.kubeQPS, "kube.qps", 50, "Queries per second to the Kubernetes API.")
@@ -196,7 +198,7 @@ func newDecisionCore(ctx context.Context, o decisionOptions, use coreUse, reg pr
 	// Policies and their data are reloaded when they change; a broken change is
 	// refused and the last good policy keeps serving.
 	evaluator, err := policies.NewReloader(ctx, policies.ReloaderOptions{
-		Options:  policies.Options{Dir: o.policyDir, DataFile: o.policyData, Cluster: cluster.policyReader()},
+		Options:  policies.Options{Dir: o.policyDir, DataFile: o.policyData, Cluster: cluster.policyReader(), AllowRelaxingSafetyRules: o.relaxSafety},
 		Interval: o.reloadInterval, Logger: logger, Registerer: reg,
 	})
 	if err != nil {

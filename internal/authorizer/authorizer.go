@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -208,6 +209,7 @@ func (a *Authorizer) decidePod(ctx context.Context, r Request) (d Decision, err 
 	in := withMembers(req.input, append([][2]*ast.Term{
 		ast.Item(key("operation"), ast.StringTerm(req.Operation)),
 		ast.Item(key("subject"), ast.NewTerm(subjectValue(subject))),
+		ast.Item(key("front_door"), frontDoorTerm(r.FrontDoor)),
 		ast.Item(key("tenant"), ast.StringTerm(t.tenant)),
 		ast.Item(key("tenant_label"), ast.StringTerm(a.cfg.TenantLabel)),
 		ast.Item(key("group"), stringOrNull(t.group)),
@@ -246,8 +248,36 @@ func (a *Authorizer) decidePod(ctx context.Context, r Request) (d Decision, err 
 		}
 		outcome, reason = summarize(d.Result, d.Defined)
 	}
-	rec.decided(outcome, reason, "cache_hit", strconv.FormatBool(t.cacheHit), "memo", string(res.Memo))
+	extra := []any{"cache_hit", strconv.FormatBool(t.cacheHit), "memo", string(res.Memo)}
+	if would := a.countViolations(d.Result, t.tenant, r.FrontDoor); len(would) > 0 {
+		extra = append(extra, "would_deny", strings.Join(would, ","))
+	}
+	rec.decided(outcome, reason, extra...)
 	return d, nil
+}
+
+// countViolations counts a decision's violations by rule, tenant, action and front
+// door, and returns the rules whose violations warn or audit here (sorted, once each):
+// what deny would refuse. A result without violations (another document, a policy of
+// a site's own shape) counts nothing.
+func (a *Authorizer) countViolations(result ast.Value, tenant string, door FrontDoor) []string {
+	obj, ok := result.(ast.Object)
+	if !ok {
+		return nil
+	}
+	violations, err := readViolations(obj)
+	if err != nil {
+		return nil // the front door's reading of the verdict refuses it
+	}
+	var would []string
+	for _, v := range violations {
+		a.metrics.violations.WithLabelValues(v.Rule, tenant, v.Action, door.name()).Inc()
+		if v.Action != decisionapi.ActionDeny && !slices.Contains(would, v.Rule) {
+			would = append(would, v.Rule)
+		}
+	}
+	slices.Sort(would)
+	return would
 }
 
 // subjectOf is the identity a decision reviews: the pod's service account, the trusted
@@ -506,7 +536,43 @@ func (a *Authorizer) logDecision(ctx context.Context, rec *decisionRecord, path 
 	e := decisionlog.Event{ID: d.ID, Path: strings.Join(path, "/"), Input: input, Err: err,
 		Timestamp: rec.start, Duration: time.Since(rec.start), RequestedBy: callerName(ctx)}
 	if err == nil && d.Defined {
-		e.Result = d.Result
+		e.Result = withWouldDeny(d.Result)
 	}
 	a.cfg.DecisionLog.LogDecision(ctx, e)
+}
+
+// wouldDenyKey is the member of a logged decision that lists what its violations of
+// action warn or audit would deny.
+var wouldDenyKey = ast.StringTerm("would_deny")
+
+// withWouldDeny is a decision's result as the decision log records it: with
+// "would_deny", the violations that warn or audit (rule, message, action), when there
+// are any; the answer itself is unchanged.
+func withWouldDeny(result ast.Value) ast.Value {
+	obj, ok := result.(ast.Object)
+	if !ok {
+		return result
+	}
+	violations, err := readViolations(obj)
+	if err != nil {
+		return result
+	}
+	var would []*ast.Term
+	for _, v := range violations {
+		if v.Action != decisionapi.ActionDeny {
+			would = append(would, violationTerm(v))
+		}
+	}
+	if len(would) == 0 {
+		return result
+	}
+	return withMembers(obj, ast.Item(wouldDenyKey, ast.ArrayTerm(would...)))
+}
+
+func violationTerm(v Violation) *ast.Term {
+	return ast.ObjectTerm(
+		ast.Item(key("rule"), ast.StringTerm(v.Rule)),
+		ast.Item(key("message"), ast.StringTerm(v.Message)),
+		ast.Item(key("action"), ast.StringTerm(v.Action)),
+	)
 }

@@ -306,10 +306,10 @@ func (o objectValues) get(kind string, meta metav1.Object, build func() ast.Valu
 var keyTerms = func() map[string]*ast.Term {
 	m := map[string]*ast.Term{}
 	for _, k := range []string{
-		"operation", "subject", "tenant", "tenant_label", "group", "namespace", "node", "review", "resources", "tolerations", "hpc",
+		"operation", "subject", "front_door", "tenant", "tenant_label", "group", "namespace", "node", "review", "resources", "tolerations", "hpc",
 		"username", "uid", "groups", "extra", "name", "labels", "annotations", "found", "taints", "allocatable",
 		"key", "value", "effect", "metadata", "spec", "serviceAccountName", "serviceAccount", "nodeName", "allowed", "denied", "reason", "attributes", "verb", "resource",
-		"modifications", // read from decisions
+		"modifications", "violations", "rule", "message", "action", // read from decisions
 	} {
 		m[k] = ast.StringTerm(k)
 	}
@@ -432,6 +432,21 @@ func stringMapTerm(m map[string]string) *ast.Term {
 		items = append(items, ast.Item(ast.StringTerm(k), ast.StringTerm(v)))
 	}
 	return ast.ObjectTerm(items...)
+}
+
+// frontDoorTerms are the front doors' input values, allocated once.
+var frontDoorTerms = map[FrontDoor]*ast.Term{
+	FrontDoorRelay:     ast.StringTerm(string(FrontDoorRelay)),
+	FrontDoorAdmission: ast.StringTerm(string(FrontDoorAdmission)),
+	FrontDoorDataAPI:   ast.StringTerm(string(FrontDoorDataAPI)),
+}
+
+// frontDoorTerm is input.front_door: the front door's name, the Data API's when unset.
+func frontDoorTerm(f FrontDoor) *ast.Term {
+	if t, ok := frontDoorTerms[f]; ok {
+		return t
+	}
+	return ast.StringTerm(f.name())
 }
 
 // stringOrNull is s, or null when it is empty.

@@ -22,6 +22,7 @@ var InputSchema = []InputMember{
 	{"pod", true, "the Pod as sent (unknown or mis-cased fields are refused with a 400)"},
 	{"user", true, "as sent: the identity a trusted caller asserts; read `subject` instead"},
 	{"subject", false, "`{username, uid, groups, extra}`: whose rights were reviewed — the pod's service account (groups `system:serviceaccounts`, `system:serviceaccounts:<ns>`, `system:authenticated`), `input.user` when the caller may impersonate it, or the requesting user for the webhooks (`--admission.identity`)"},
+	{"front_door", false, "the way the request came in: `relay` (interLink's plugin relay), `admission` (the webhooks) or `data_api` (the Data API, and `sar-bridge check`); each rule's action may differ per front door ([Enforcement actions](../policies.md#enforcement-actions-deny-warn-audit))"},
 	{"tenant", false, "the OffloadTenant that lists the namespace, else the namespace's `--tenant.label` value, else the namespace name"},
 	{"tenant_label", false, "`--tenant.label`"},
 	{"group", false, "the tenant's API group, `null` when unmapped"},

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
+	"github.com/sar-bridge/sar-bridge/decisionapi"
+	"github.com/sar-bridge/sar-bridge/internal/astjson"
 	"github.com/sar-bridge/sar-bridge/internal/tenants"
 )
 
@@ -101,16 +104,42 @@ func (a *Authorizer) charge(ctx context.Context, q *quotaCharge, result ast.Valu
 }
 
 // deniedBy is a decision's result turned into a denial for reason: a decision object
-// keeps its other members; any other document (allow) becomes false.
+// keeps its other members, and its violations (when it has them) gain the ledger's
+// refusal as a deny of rule quota, in order; any other document (allow) becomes false.
 func deniedBy(result ast.Value, reason string) ast.Value {
 	obj, ok := result.(ast.Object)
 	if !ok {
 		return ast.Boolean(false)
 	}
-	return withMembers(obj,
+	members := [][2]*ast.Term{
 		ast.Item(key("allowed"), ast.BooleanTerm(false)),
 		ast.Item(key("reason"), ast.StringTerm(reason)),
-	)
+	}
+	if list, ok := astjson.Member(obj, key("violations")).(*ast.Array); ok {
+		refusal := Violation{Rule: "quota", Message: reason, Action: decisionapi.ActionDeny}
+		terms := make([]*ast.Term, 0, list.Len()+1)
+		list.Foreach(func(t *ast.Term) { terms = append(terms, t) })
+		at := len(terms)
+		for i, t := range terms {
+			if o, ok := t.Value.(ast.Object); ok && !violationBefore(o, refusal) {
+				at = i
+				break
+			}
+		}
+		terms = slices.Insert(terms, at, violationTerm(refusal))
+		members = append(members, ast.Item(key("violations"), ast.ArrayTerm(terms...)))
+	}
+	return withMembers(obj, members...)
+}
+
+// violationBefore says whether the violation o sorts before v (by rule, then message).
+func violationBefore(o ast.Object, v Violation) bool {
+	rule, _ := astjson.Member(o, key("rule")).(ast.String)
+	msg, _ := astjson.Member(o, key("message")).(ast.String)
+	if string(rule) != v.Rule {
+		return string(rule) < v.Rule
+	}
+	return string(msg) < v.Message
 }
 
 var quotaKey = ast.StringTerm("quota")

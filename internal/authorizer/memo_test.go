@@ -199,7 +199,7 @@ func TestDecideReplacesCallerMembers(t *testing.T) {
 	a.evaluator = rec
 	input := `{"pod": {"metadata": {"name": "p", "namespace": "team-a"}, "spec": {"serviceAccountName": "runner", "containers": [{"name": "c"}]}},
 		"review": {"allowed": true}, "subject": {"username": "system:admin"}, "tenant": "other", "group": "x",
-		"resources": {"largest": {}}, "tolerations": {}, "hpc": {"inert": false, "writers": {"slurm-job.vk.io/pre-exec": "vk"}}, "note": "kept"}`
+		"resources": {"largest": {}}, "tolerations": {}, "hpc": {"inert": false, "writers": {"slurm-job.vk.io/pre-exec": "vk"}}, "front_door": "relay", "note": "kept"}`
 	d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: json.RawMessage(input)})
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +218,7 @@ func TestDecideReplacesCallerMembers(t *testing.T) {
 		{"hpc.inert", "true"},
 		{"note", `"kept"`},
 		{"operation", `"create"`},
+		{"front_door", `"data_api"`}, // the Request's (none: the Data API), never the caller's
 	} {
 		var path []*ast.Term
 		for _, p := range strings.Split(tt.path, ".") {
@@ -227,8 +228,8 @@ func TestDecideReplacesCallerMembers(t *testing.T) {
 			t.Errorf("input.%s = %v, want %s", tt.path, got, tt.want)
 		}
 	}
-	if n := in.Len(); n != 13 {
-		t.Errorf("input has %d members, want 13 (the caller's pod and note, and eleven added): %v", n, in)
+	if n := in.Len(); n != 14 {
+		t.Errorf("input has %d members, want 14 (the caller's pod and note, and twelve added): %v", n, in)
 	}
 }
 

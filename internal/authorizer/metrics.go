@@ -11,6 +11,7 @@ type Metrics struct {
 	decisions        *prometheus.CounterVec
 	decisionDuration prometheus.Histogram
 	memo             *prometheus.CounterVec
+	violations       *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg when it is not nil.
@@ -46,9 +47,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sar_bridge_decision_memo_total",
 			Help: "Policy evaluations of reviewed decisions, by use of the decision memo: hit (answered from it), miss (evaluated and kept), off (the document reads more than bounded parts of input and data, e.g. a nondeterministic built-in, so it is evaluated every time).",
 		}, []string{"result"}),
+		violations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sar_bridge_policy_violations_total",
+			Help: "Violations found by pod decisions, by rule, tenant, action (deny, warn, audit: warn and audit allowed what deny would refuse) and front door (relay, admission, data_api).",
+		}, []string{"rule", "tenant", "action", "front_door"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.reviews, m.reviewDuration, m.cacheRequests, m.cacheErrors, m.decisions, m.decisionDuration, m.memo)
+		reg.MustRegister(m.reviews, m.reviewDuration, m.cacheRequests, m.cacheErrors, m.decisions, m.decisionDuration, m.memo, m.violations)
 	}
 	return m
 }

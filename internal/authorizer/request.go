@@ -3,6 +3,8 @@ package authorizer
 import (
 	"context"
 	"encoding/json"
+
+	"github.com/sar-bridge/sar-bridge/policies"
 )
 
 // Request is one decision as a front door asks for it. Everything that changes how a
@@ -28,6 +30,27 @@ type Request struct {
 	LogFields []any
 	// AccessToken is the caller's forwarded access token (opa-openshift's SSAR mode).
 	AccessToken string
+	// FrontDoor is the way the request came in, input.front_door: each rule's action
+	// (data.interlink.enforcement) may differ per front door. Empty: FrontDoorDataAPI.
+	FrontDoor FrontDoor
+}
+
+// FrontDoor names a way in to a decision, as input.front_door shows it.
+type FrontDoor string
+
+// The front doors (policies.FrontDoors).
+const (
+	FrontDoorRelay     FrontDoor = policies.FrontDoorRelay
+	FrontDoorAdmission FrontDoor = policies.FrontDoorAdmission
+	FrontDoorDataAPI   FrontDoor = policies.FrontDoorDataAPI
+)
+
+// name is the front door's input value; an unset one is the Data API's.
+func (f FrontDoor) name() string {
+	if f == "" {
+		return string(FrontDoorDataAPI)
+	}
+	return string(f)
 }
 
 // ChargeMode is what an allowed create charges to its tenant's quota ledger.

@@ -46,11 +46,14 @@ func ReadVerdict(d Decision) (Verdict, error) {
 		return Verdict{}, err
 	}
 	v := Verdict{Allowed: allowed, Reason: reason}
+	result := d.Result.(ast.Object) // ReadAllowed checked it
+	if v.Violations, err = readViolations(result); err != nil {
+		return Verdict{}, err
+	}
 	if !allowed {
 		return v, nil
 	}
-	result := d.Result.(ast.Object) // ReadAllowed checked it
-	var raw any                     // the modifications as Go values; small, and only on an allow
+	var raw any // the modifications as Go values; small, and only on an allow
 	if m := astjson.Member(result, key("modifications")); m != nil {
 		var err error
 		if raw, err = ast.JSON(m); err != nil {
@@ -63,6 +66,48 @@ func ReadVerdict(d Decision) (Verdict, error) {
 	}
 	v.Modifications = mods
 	return v, nil
+}
+
+// Violation is one message of one rule and its action (decisionapi.Violation).
+type Violation = decisionapi.Violation
+
+// readViolations reads a decision's "violations" (absent or null: none): an array of
+// objects of string rule, message and action. Anything else is an error, never ignored.
+func readViolations(result ast.Object) ([]Violation, error) {
+	raw := astjson.Member(result, key("violations"))
+	if raw == nil {
+		return nil, nil
+	}
+	if _, ok := raw.(ast.Null); ok {
+		return nil, nil
+	}
+	list, ok := raw.(*ast.Array)
+	if !ok {
+		return nil, fmt.Errorf("violations: a %s, not an array", valueName(raw))
+	}
+	out := make([]Violation, 0, list.Len())
+	for i := range list.Len() {
+		obj, ok := list.Elem(i).Value.(ast.Object)
+		if !ok {
+			return nil, fmt.Errorf("violations: %d: a %s, not an object", i, valueName(list.Elem(i).Value))
+		}
+		var x Violation
+		for _, m := range []struct {
+			name string
+			dst  *string
+		}{{"rule", &x.Rule}, {"message", &x.Message}, {"action", &x.Action}} {
+			s, ok := astjson.Member(obj, key(m.name)).(ast.String)
+			if !ok {
+				return nil, fmt.Errorf("violations: %d: %s is not a string", i, m.name)
+			}
+			*m.dst = string(s)
+		}
+		if err := decisionapi.CheckViolation(x); err != nil {
+			return nil, fmt.Errorf("violations: %d: %w", i, err)
+		}
+		out = append(out, x)
+	}
+	return out, nil
 }
 
 // valueName names a value's type as Rego does ("boolean", "array").

@@ -296,7 +296,7 @@ func (r *Relay) decide(ctx context.Context, body createBody) (authorizer.Verdict
 	// The pod interLink creates is stored: a webhook may have charged it already.
 	ctx, cancel := context.WithTimeout(ctx, r.opts.DecisionTimeout)
 	defer cancel()
-	d, err := r.decider.Decide(ctx, authorizer.Request{Path: r.opts.DecisionPath, Input: input, Charge: authorizer.ChargeStored, LogFields: []any{"route", "create"}})
+	d, err := r.decider.Decide(ctx, authorizer.Request{Path: r.opts.DecisionPath, Input: input, Charge: authorizer.ChargeStored, LogFields: []any{"route", "create"}, FrontDoor: authorizer.FrontDoorRelay})
 	var (
 		inputErr    *authorizer.InputError
 		unavailable *authorizer.UnavailableError

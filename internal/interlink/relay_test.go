@@ -37,6 +37,9 @@ type fakeDecider struct {
 }
 
 func (f *fakeDecider) Decide(ctx context.Context, r authorizer.Request) (authorizer.Decision, error) {
+	if r.FrontDoor != authorizer.FrontDoorRelay {
+		return authorizer.Decision{}, errors.New("the relay asked as front door " + string(r.FrontDoor))
+	}
 	f.mu.Lock()
 	f.inputs = append(f.inputs, string(r.Input))
 	f.paths = append(f.paths, strings.Join(r.Path, "/"))

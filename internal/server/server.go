@@ -150,7 +150,7 @@ func (h *dataHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithTimeout(ctx, h.timeout)
 		defer cancel()
 	}
-	decision, err := h.decider.Decide(ctx, authorizer.Request{Path: path, Input: input, AccessToken: r.Header.Get(forwardedTokenHeader)})
+	decision, err := h.decider.Decide(ctx, authorizer.Request{Path: path, Input: input, AccessToken: r.Header.Get(forwardedTokenHeader), FrontDoor: authorizer.FrontDoorDataAPI})
 	var (
 		inputErr        *authorizer.InputError
 		unauthenticated *authorizer.UnauthenticatedError

@@ -24,6 +24,9 @@ type fakeDecider struct {
 }
 
 func (f *fakeDecider) Decide(_ context.Context, r authorizer.Request) (authorizer.Decision, error) {
+	if r.FrontDoor != authorizer.FrontDoorDataAPI {
+		return authorizer.Decision{}, errors.New("the Data API asked as front door " + string(r.FrontDoor))
+	}
 	path := r.Path
 	f.path, f.input = path, string(r.Input)
 	switch strings.Join(path, "/") {

@@ -55,11 +55,18 @@ package interlink.authz
 default allow := false
 
 # Allowed when nothing denies: the review allowed and no rule, the embedded
-# ones or a site's, added a message to deny (through violations or directly).
+# ones or a site's, added a message to deny (through a violation whose rule's
+# action is deny, or directly). A review's refusal counts unless data sets the
+# action of rule review below deny, which sar-bridge refuses at load without
+# --policies.allow-relaxing-safety-rules.
 allow if {
-	_review_allowed
+	_review_passes
 	count(deny) == 0
 }
+
+_review_passes if _review_allowed
+
+_review_passes if _action("review") != "deny"
 
 # The common case, an allowed create, in one body (the fast path, see the
 # top); any other input, and any the fast path is not sure of, takes the
@@ -69,6 +76,7 @@ decision := {
 	"reason": why,
 	"modifications": modifications,
 	"review": review,
+	"violations": [], # the body proves that no rule finds anything
 } if {
 	# Fast path (see the top): an allowed create, in one body, against the
 	# profile of the subject precomputed for its user and the groups of it
@@ -228,6 +236,7 @@ decision := {
 	"reason": reason,
 	"modifications": modifications,
 	"review": _review_doc,
+	"violations": _decision_violations,
 }
 
 # The rest of the HPC rules (policies/rules/hpc) and the restricted annotations
@@ -297,18 +306,27 @@ _fast_hpc_proved(restricted, hpc) if {
 }
 
 # Review reason first (it is the root cause when the SAR refused), then the
-# policy's own messages in a stable order.
+# policy's own messages in a stable order; only what denies (a rule in warn or
+# audit allows, and says so in violations).
 reason := _review_reason if {
 	allow
-} else := concat("; ", array.concat(_review_part, [m | some m in sort(deny); not m in _review_part]))
+} else := concat("; ", array.concat(_review_deny_part, [m | some m in sort(deny); not m in _review_deny_part]))
 
-# All deny messages: the review refusal plus every policy violation.
+_review_deny_part := [] if {
+	count(_review_part) == 0
+} else := _review_part if {
+	_action("review") == "deny"
+} else := []
+
+# All deny messages: the review refusal and every violation of a rule whose
+# action here is deny.
 deny contains msg if {
-	some msg in _review_part
+	some msg in _review_deny_part
 }
 
 deny contains msg if {
-	some msg in violations
+	some [rule, msg] in _named_violations
+	_action(rule) == "deny"
 }
 
 default modifications := {"pod_annotations": {}, "resource_limits": {}}
@@ -557,6 +575,67 @@ violations contains msg if {
 	some m in data.interlink.site[name].violations
 	msg := _message(m)
 }
+
+# ---------------------------------------------------------------------------
+# Enforcement: every violation named by its rule, each rule's action from data
+# ---------------------------------------------------------------------------
+
+# Every violation as [rule, message]: the built-in rules by their directory
+# name under policies/rules/, a site package interlink.site.<name> as
+# site.<name>, and a message added to violations in this package by a site
+# (docs/policies.md, "Rules added to the policy's own package") as
+# interlink.authz.
+_named_violations := set() if {
+	# Every rule's message is in violations: none there, none anywhere (the cost of
+	# naming them is left to pods that have some).
+	count(violations) == 0
+} else := _rule_violations | {["interlink.authz", msg] |
+	some msg in violations
+	not _rule_messages[msg]
+}
+
+_rule_violations := (((((({["caps", m] | some m in _caps_violations} | {["protected-taints", m] | some m in _protected_taints_violations}) | {["tenant-isolation", m] | some m in _tenant_isolation_violations}) | {["restricted-annotations", m] | some m in _restricted_annotations_violations}) | {["images", m] | some m in _images_violations}) | {["quota", m] | some m in _quota_violations}) | {["hpc", m] | some m in _hpc_violations}) | {[concat(".", ["site", name]), _message(m)] |
+	some name
+	some m in data.interlink.site[name].violations
+}
+
+_rule_messages := {m | some [_, m] in _rule_violations}
+
+# The action of a rule at this front door (input.front_door: relay, admission,
+# data_api): data.interlink.enforcement[rule] is an action for every front
+# door, or an object of actions by front door with a "default" for the others.
+# sar-bridge checks the data at load (policies/enforcement.go); anything but
+# warn or audit is deny.
+_action(rule) := a if {
+	a := _action_setting(rule)
+	a in {"warn", "audit"}
+} else := "deny"
+
+_action_setting(rule) := a if {
+	a := data.interlink.enforcement[rule][input.front_door]
+} else := a if {
+	a := data.interlink.enforcement[rule]["default"]
+} else := a if {
+	a := data.interlink.enforcement[rule]
+	is_string(a)
+}
+
+# The decision's violations: every violation with its rule and action, sorted
+# by rule, then message; the review's refusal is rule review; a message a site
+# added to deny directly always denies (rule interlink.authz).
+_decision_violations := [] if {
+	count(_named_violations) == 0
+	count(_review_part) == 0
+	count(deny) == 0
+} else := [{"rule": r, "message": m, "action": a} | some [r, m, a] in sort(_acted_violations)]
+
+_acted_violations := ({[r, m, _action(r)] | some [r, m] in _named_violations} | {["review", m, _action("review")] | some m in _review_part}) | {["interlink.authz", m, "deny"] |
+	some m in deny
+	not m in _review_part
+	not _named_messages[m]
+}
+
+_named_messages := {m | some [_, m] in _named_violations}
 
 # A message as text: a site's message that is not a string still refuses.
 _message(m) := m if is_string(m)

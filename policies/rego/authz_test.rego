@@ -90,6 +90,7 @@ test_plain_create_allowed if {
 		"reason": review_ok.reason,
 		"modifications": {"pod_annotations": {}, "resource_limits": {}},
 		"review": review_ok,
+		"violations": [],
 	} with input as base
 	count(authz.deny) == 0 with input as base
 }
@@ -191,6 +192,7 @@ empty_decision := {
 	"reason": "subject access review did not allow the request",
 	"modifications": {"pod_annotations": {}, "resource_limits": {}},
 	"review": null,
+	"violations": [{"rule": "review", "message": "subject access review did not allow the request", "action": "deny"}],
 }
 
 test_no_input_defined if {
@@ -653,4 +655,132 @@ test_fast_path_takes_listed_sbatch_options if {
 		with data.sar_bridge.precomputed.interlink.authz as pre_granted
 		with authz.allow as "general rules"
 	n.allowed == "general rules"
+}
+
+# ---------------------------------------------------------------------------
+# Enforcement actions: every violation names its rule; data sets each rule's
+# action (deny, warn, audit), per front door (policies/enforcement.go)
+# ---------------------------------------------------------------------------
+
+over_cap := one_container({"limits": {"cpu": "4.5", "memory": "1Gi"}})
+
+over_cap_msg := "container \"main\" sets cpu limit 4.5 over the cap 4 for group \"system:serviceaccounts:team-a\""
+
+other_tenant_msg := "nodeSelector interlink.io/tenant=tenant-b selects tenant \"tenant-b\", not the pod's tenant \"tenant-a\""
+
+at_door(inp, door) := object.union(inp, {"front_door": door})
+
+# Deny is the default: the violation is named and denies.
+test_enforcement_default_deny if {
+	d := authz.decision with input as at_door(over_cap, "admission") with data.interlink.limits as limits
+	d.allowed == false
+	d.reason == over_cap_msg
+	d.violations == [{"rule": "caps", "message": over_cap_msg, "action": "deny"}]
+}
+
+# warn and audit allow; the reason is the review's; the violation says so.
+test_enforcement_warn_and_audit_allow if {
+	every action in ["warn", "audit"] {
+		d := authz.decision with input as at_door(over_cap, "relay")
+			with data.interlink.limits as limits
+			with data.interlink.enforcement as {"caps": action}
+		d.allowed == true
+		d.reason == review_ok.reason
+		d.violations == [{"rule": "caps", "message": over_cap_msg, "action": action}]
+		count(authz.deny) == 0 with input as at_door(over_cap, "relay")
+			with data.interlink.limits as limits
+			with data.interlink.enforcement as {"caps": action}
+	}
+}
+
+# Per front door: a door named takes its action, the others "default", else deny;
+# an input without front_door (the opa CLI) takes the default.
+test_enforcement_per_front_door if {
+	enforcement := {"caps": {"default": "audit", "admission": "warn", "relay": "deny"}}
+	cases := [["admission", "warn"], ["relay", "deny"], ["data_api", "audit"]]
+	every c in cases {
+		[door, action] := c
+		d := authz.decision with input as at_door(over_cap, door)
+			with data.interlink.limits as limits
+			with data.interlink.enforcement as enforcement
+		d.violations == [{"rule": "caps", "message": over_cap_msg, "action": action}]
+		d.allowed == action != "deny"
+	}
+	no_door := authz.decision with input as over_cap with data.interlink.limits as limits with data.interlink.enforcement as enforcement
+	no_door.violations[0].action == "audit"
+	only_admission := authz.decision with input as at_door(over_cap, "relay")
+		with data.interlink.limits as limits
+		with data.interlink.enforcement as {"caps": {"admission": "warn"}}
+	only_admission.allowed == false
+}
+
+# Anything but warn or audit denies (sar-bridge refuses such data at load).
+test_enforcement_unknown_action_denies if {
+	every bad in ["Warn", "off", 1, null, {"default": ["warn"]}] {
+		d := authz.decision with input as at_door(over_cap, "admission")
+			with data.interlink.limits as limits
+			with data.interlink.enforcement as {"caps": bad}
+		d.allowed == false
+		d.violations[0].action == "deny"
+	}
+}
+
+# Only deny counts in reason; violations list every rule, sorted by rule then message.
+test_enforcement_mixed_sorted if {
+	inp := at_door(object.union(over_cap, {"pod": {"spec": {"nodeSelector": {"interlink.io/tenant": "tenant-b"}}}}), "admission")
+	d := authz.decision with input as inp
+		with data.interlink.limits as limits
+		with data.interlink.enforcement as {"caps": "warn"}
+	d.allowed == false
+	d.reason == other_tenant_msg
+	d.violations == [
+		{"rule": "caps", "message": over_cap_msg, "action": "warn"},
+		{"rule": "tenant-isolation", "message": other_tenant_msg, "action": "deny"},
+	]
+}
+
+# The review's refusal is rule review: deny unless data relaxes it (which
+# sar-bridge accepts only with --policies.allow-relaxing-safety-rules).
+test_enforcement_review if {
+	inp := at_door(object.union(base, {"review": {"allowed": false, "denied": false, "reason": "RBAC: denied"}}), "admission")
+	d := authz.decision with input as inp
+	d.allowed == false
+	d.reason == "RBAC: denied"
+	d.violations == [{"rule": "review", "message": "RBAC: denied", "action": "deny"}]
+	a := authz.decision with input as inp with data.interlink.enforcement as {"review": "audit"}
+	a.allowed == true
+	a.violations == [{"rule": "review", "message": "RBAC: denied", "action": "audit"}]
+}
+
+# A site package is site.<name>; a message added to this package's violations
+# is interlink.authz (with its action), one added to deny directly always denies.
+test_enforcement_site_names if {
+	d := authz.decision with input as at_door(base, "admission")
+		with data.interlink.site as sites
+		with data.interlink.enforcement as {"site.gpu": "warn"}
+	d.allowed == true
+	d.violations == [{"rule": "site.gpu", "message": "gpu pods need a project", "action": "warn"}]
+	own := authz.decision with input as at_door(base, "admission")
+		with authz.violations as {"paused"}
+		with data.interlink.enforcement as {"interlink.authz": "audit"}
+	own.allowed == true
+	own.violations == [{"rule": "interlink.authz", "message": "paused", "action": "audit"}]
+	direct := authz.decision with input as at_door(base, "admission")
+		with authz.deny as {"site deny"}
+		with data.interlink.enforcement as {"interlink.authz": "audit"}
+	direct.allowed == false
+	direct.violations == [{"rule": "interlink.authz", "message": "site deny", "action": "deny"}]
+}
+
+# The fast path is not taken for a pod in warn (it proves no rule finds
+# anything): the general rules decide, as without the precomputed tables.
+test_enforcement_warn_takes_general_rules if {
+	pre := authz._precompute with data.interlink.limits as limits with data.interlink.enforcement as {"caps": "warn"}
+	inp := at_door(over_cap, "admission")
+	d := authz.decision with input as inp
+		with data.interlink.limits as limits
+		with data.interlink.enforcement as {"caps": "warn"}
+		with data.sar_bridge.precomputed.interlink.authz as pre
+	d.allowed == true
+	d.violations == [{"rule": "caps", "message": over_cap_msg, "action": "warn"}]
 }
