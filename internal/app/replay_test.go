@@ -75,7 +75,7 @@ func TestReplayCommand(t *testing.T) {
 		{"a flip", []string{"--policies", site, "--policies.data", sampleData, logs}, "", 1, []string{
 			"2 decisions read, 2 re-decided: 1 flipped (1 allowed → denied, 0 denied → allowed, 0 other), 1 unchanged",
 			"team-a/job-7f9c (tenant tenant-a, create, decision gpu): allowed → denied",
-			`now: container "main" asks for GPUs: label the pod with example.org/project`}},
+			`now: site.gpu: container "main" asks for GPUs: label the pod with example.org/project`}},
 		{"no flip", []string{"--policies", site, "--policies.data", sampleData, plainOnly}, "", 0, []string{"1 decisions read, 1 re-decided: 0 flipped"}},
 		{"the embedded policy flips nothing", []string{"--policies.data", sampleData, logs}, "", 0, []string{"0 flipped"}},
 		{"a bundle directory", []string{"--bundle", site, "--policies.data", sampleData, "-o", "json", "-"}, string(content), 1, []string{`"allowed_to_denied": 1`}},

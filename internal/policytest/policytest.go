@@ -197,6 +197,9 @@ type sample struct {
 		Violations    []string       `json:"violations"`
 		Annotations   map[string]any `json:"annotations"`
 		Modifications map[string]any `json:"modifications"`
+		// DecisionViolations, when set, is the decision's violations exactly (each
+		// {rule, message, action}), as the built-in samples use it.
+		DecisionViolations []map[string]string `json:"decision_violations"`
 	} `json:"want"`
 }
 
@@ -371,6 +374,19 @@ func decideSample(ctx context.Context, ev *policies.Evaluator, rule ruleDecl, c 
 		}
 		if diff := jsonDiff(got, c.Want.Annotations); diff != "" {
 			diffs = append(diffs, "annotations of "+rule.Annotations+":\n"+diff)
+		}
+	}
+	if c.Want.DecisionViolations != nil {
+		want := make([]any, len(c.Want.DecisionViolations))
+		for i, v := range c.Want.DecisionViolations {
+			m := map[string]any{}
+			for k, x := range v {
+				m[k] = x
+			}
+			want[i] = m
+		}
+		if diff := jsonDiff(d["violations"], want); diff != "" {
+			diffs = append(diffs, "the decision's violations:\n"+diff)
 		}
 	}
 	if c.Want.Modifications != nil {

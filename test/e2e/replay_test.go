@@ -257,9 +257,9 @@ func TestReplayDecisionLogs(t *testing.T) {
 		c := byTenant[d.tenant]
 		c.ToDenied++
 		byTenant[d.tenant] = c
-		c = byRule["reason: "+d.now.Reason()]
+		c = byRule["site.queue"]
 		c.ToDenied++
-		byRule["reason: "+d.now.Reason()] = c
+		byRule["site.queue"] = c
 	}
 	if len(flipped) != 2 || masked.old == nil {
 		t.Fatalf("the candidate bridge changed %d answers and the masked pod's %v, want 2 (a-scavenger and b-scavenger) and true", len(flipped), masked.old != nil)
@@ -269,18 +269,19 @@ masked in the log, not re-decided:
   %s (tenant %s, create, decision %s): erased /input/pod/spec/containers/0/env/0/value
 `, masked.pod, masked.tenant, masked.old.DecisionID)
 	n := len(cases)
-	// The whole report: the embedded policy's decisions name no rules, so a flip is
-	// counted under the candidate's reason.
+	// The whole report: decisions name their rules (violations), so a flip is counted
+	// under the candidate's rule, site.queue.
 	var changed strings.Builder
 	for _, d := range flipped {
-		fmt.Fprintf(&changed, "  %s (tenant %s, %s, decision %s): allowed → denied\n    was: %s\n    now: %s\n",
-			d.pod, d.tenant, d.op, d.old.DecisionID, d.old.Reason(), d.now.Reason())
+		// The old answer had no violations (its reason is shown); the new one lists its rule's.
+		fmt.Fprintf(&changed, "  %s (tenant %s, %s, decision %s): allowed → denied\n    was: %s\n    now: site.queue: %s\n",
+			d.pod, d.tenant, d.op, d.old.DecisionID, d.old.Reason(), replayMessage)
 	}
 	report := fmt.Sprintf(`%d decisions read, %d re-decided: 2 flipped (2 allowed → denied, 0 denied → allowed, 0 other), %d unchanged
 not compared: 1 masked, 0 recorded without a decision, 0 failed
 
-RULE                                                                                 ALLOWED→DENIED  DENIED→ALLOWED
-reason: `+replayMessage+`  2               0
+RULE        ALLOWED→DENIED  DENIED→ALLOWED
+site.queue  2               0
 
 TENANT    ALLOWED→DENIED  DENIED→ALLOWED
 team-a    1               0
@@ -308,7 +309,7 @@ changed decisions:
 			if f.Namespace+"/"+f.Pod != d.pod || f.DecisionID != d.old.DecisionID || f.Tenant != d.tenant || f.Operation != "create" ||
 				f.Old.Outcome != "allowed" || f.Old.Reason != d.old.Reason() ||
 				f.New == nil || f.New.Outcome != "denied" || f.New.Reason != d.now.Reason() ||
-				len(f.Rules) != 1 || f.Rules[0] != "reason: "+d.now.Reason() || len(f.Masked) != 0 {
+				len(f.Rules) != 1 || f.Rules[0] != "site.queue" || len(f.Masked) != 0 {
 				t.Errorf("flip %d: %+v\nwant %s allowed (%q) → denied (%q)", i, f, d.pod, d.old.Reason(), d.now.Reason())
 			}
 		}
