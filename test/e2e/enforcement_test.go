@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -151,6 +152,21 @@ func TestEnforcementActions(t *testing.T) {
 	ca, certFile, keyFile := webhookServing(t, "e2e-enforcement CA")
 	b := newBridge(t, "--tls.server.cert-file="+certFile, "--tls.server.key-file="+keyFile, "--config-file="+configFile)
 	registerScopedWebhooks(t, b.HTTPSURL(), ca.CertPEM, "sar-bridge-e2e-enforcement", enfLabel)
+	// The public listener serves TLS (the webhooks need it): the Data API is asked over it.
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca.CertPEM) {
+		t.Fatal("the test CA's PEM does not parse")
+	}
+	dataAPI := cluster.NewCaller(b.HTTPSURL(), cluster.ClientTLSConfig(roots), "")
+	defer dataAPI.Close()
+	decideTLS := func(in map[string]any) (*cluster.Response, error) {
+		body, err := json.Marshal(map[string]any{"input": in})
+		if err != nil {
+			return nil, err
+		}
+		r, _, err := dataAPI.Send(cluster.DecisionPath, body)
+		return r, err
+	}
 
 	overCap := func(ns, sa, name string) *corev1.Pod {
 		p := newPod(ns, sa, name, withNodeName(enfVK), withLimits(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}))
@@ -206,7 +222,11 @@ func TestEnforcementActions(t *testing.T) {
 
 	var auditID string
 	t.Run("audit: the Data API allows silently; the metric and the decision log count it", func(t *testing.T) {
-		r := decide(t, b, input("create", overCap("team-a", "runner", "enf-audit")), allow(`RoleBinding "offload/team-a"`))
+		r, err := decideTLS(input("create", overCap("team-a", "runner", "enf-audit")))
+		if err != nil {
+			t.Fatalf("POST decision: %v", err)
+		}
+		checkDecision(t, r, allow(`RoleBinding "offload/team-a"`))
 		auditID = r.DecisionID
 		var doc struct {
 			Result struct {
@@ -239,7 +259,7 @@ func TestEnforcementActions(t *testing.T) {
 		bundles.set(enforcementBundle(t, dir, "r2", `{"caps": "deny"}`))
 		var r *cluster.Response
 		if _, ok := poll(30*time.Second, 200*time.Millisecond, func() bool {
-			r, err = b.Decide(input("create", overCap("team-a", "runner", "enf-poll")))
+			r, err = decideTLS(input("create", overCap("team-a", "runner", "enf-poll")))
 			return err == nil && r.Result != nil && !r.Allowed()
 		}); !ok {
 			t.Fatalf("caps does not deny 30s after the bundle r2 (last answer %v, %v)", r, err)
