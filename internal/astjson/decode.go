@@ -49,6 +49,14 @@ func DecodeObject(data []byte, names Names) (obj ast.Object, fields map[string]F
 		}
 		return nil, nil, errors.New("invalid JSON")
 	}
+	return DecodeValidObject(data, names)
+}
+
+// DecodeValidObject is DecodeObject for data known to be valid JSON: a member Members
+// returned (Members checked the whole document), so that a request body is checked
+// once, not once by the server and again by the decision. Anything else must go
+// through DecodeObject: data that Valid would refuse is not checked here.
+func DecodeValidObject(data []byte, names Names) (obj ast.Object, fields map[string]Field, err error) {
 	s := stacksPool.Get().(*stacks)
 	defer s.release()
 	d := decoder{data: data, names: names, stacks: s}

@@ -56,6 +56,9 @@ func TestDecodeObjectMatchesEncodingJSON(t *testing.T) {
 			if named, _, err := DecodeObject([]byte(in), testNames); err != nil || named.Compare(want) != 0 {
 				t.Fatalf("with names: got %v, %v\nwant %v", named, err, want)
 			}
+			if valid, _, err := DecodeValidObject([]byte(in), testNames); err != nil || valid.Compare(want) != 0 {
+				t.Fatalf("DecodeValidObject: got %v, %v\nwant %v", valid, err, want)
+			}
 			for k, f := range fields {
 				v, ok := reference(t, []byte(`{"x":`+string(f.Raw)+`}`))
 				if !ok || v.(ast.Object).Get(ast.StringTerm("x")).Value.Compare(f.Value) != 0 {
@@ -84,6 +87,12 @@ func TestDecodeObjectRefuses(t *testing.T) {
 			_, _, err := DecodeObject([]byte(tt.in), nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tt.want)
+			}
+			// What is valid JSON DecodeValidObject refuses alike (a key twice, not an object).
+			if Valid([]byte(tt.in)) {
+				if _, _, verr := DecodeValidObject([]byte(tt.in), nil); verr == nil || verr.Error() != err.Error() {
+					t.Fatalf("DecodeValidObject: got %v, want %v", verr, err)
+				}
 			}
 		})
 	}
@@ -144,6 +153,12 @@ func FuzzDecodeObject(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, _, err := DecodeObject(data, testNames)
+		if Valid(data) { // what the server passes on checked: decoded alike
+			vgot, _, verr := DecodeValidObject(data, testNames)
+			if (verr == nil) != (err == nil) || err != nil && verr.Error() != err.Error() || err == nil && vgot.Compare(got) != 0 {
+				t.Fatalf("DecodeValidObject: %v, %v; DecodeObject: %v, %v", vgot, verr, got, err)
+			}
+		}
 		want, ok := reference(t, data)
 		if err != nil {
 			if ok && !strings.Contains(err.Error(), "duplicate field") {

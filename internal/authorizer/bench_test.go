@@ -43,12 +43,14 @@ func BenchmarkDecide(b *testing.B) {
 		inputs         []json.RawMessage
 		reviewEachTime bool
 		data           string // policy data; "" for none
+		inputValid     bool   // the input comes checked, as the Data API server's does
 	}{
-		{"cache-hit", distinct, false, ""},
-		{"cache-hit/interlink-pod", interlink, false, ""},
-		{"cache-hit/hpc", hpc, false, hpcPolicyData},
-		{"array-job", arrayJob, false, ""},
-		{"review-each-time", distinct, true, ""},
+		{"cache-hit", distinct, false, "", false},
+		{"cache-hit/interlink-pod", interlink, false, "", false},
+		{"cache-hit/hpc", hpc, false, hpcPolicyData, false},
+		{"cache-hit/hpc-server", hpc, false, hpcPolicyData, true},
+		{"array-job", arrayJob, false, "", false},
+		{"review-each-time", distinct, true, "", false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			rev := &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}
@@ -72,7 +74,7 @@ func BenchmarkDecide(b *testing.B) {
 			i := 0
 			cpu := processCPU()
 			for b.Loop() {
-				d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: bc.inputs[i%len(bc.inputs)]})
+				d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: bc.inputs[i%len(bc.inputs)], InputValid: bc.inputValid})
 				if outcome, _ := summarize(d.Result, d.Defined); err != nil || outcome != "allowed" {
 					b.Fatalf("decision %v %v", jsonOf(d.Result), err)
 				}
