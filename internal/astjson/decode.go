@@ -348,6 +348,41 @@ func ValidMembers(data []byte) (map[string][]byte, error) {
 	}
 }
 
+// ValidMember is the raw bytes of data's member name, for data known to be a valid
+// JSON object with no key twice (a Field.Raw of DecodeObject, which refuses a key given
+// twice): found only, with no map of every member built. ok is false when data has no
+// such member or is not an object.
+func ValidMember(data []byte, name string) (raw []byte, ok bool) {
+	d := decoder{data: data}
+	d.skipSpace()
+	if d.pos >= len(d.data) || d.data[d.pos] != '{' {
+		return nil, false
+	}
+	d.pos++
+	for {
+		d.skipSpace()
+		switch d.data[d.pos] {
+		case '}':
+			return nil, false
+		case ',':
+			d.pos++
+			d.skipSpace()
+		}
+		key, err := d.string()
+		if err != nil {
+			return nil, false
+		}
+		d.skipSpace()
+		d.pos++ // ':'
+		d.skipSpace()
+		start := d.pos
+		d.skipValue()
+		if key == name {
+			return d.data[start:d.pos], true
+		}
+	}
+}
+
 // skipValue moves past the value at d.pos (valid JSON).
 func (d *decoder) skipValue() {
 	switch d.data[d.pos] {

@@ -250,7 +250,19 @@ func TestMembers(t *testing.T) {
 			if string(got[k]) != v {
 				t.Errorf("%s: member %q = %s, want %s", tt.in, k, got[k], v)
 			}
+			if raw, ok := ValidMember([]byte(tt.in), k); !ok || string(raw) != v {
+				t.Errorf("%s: ValidMember(%q) = %s, %v, want %s", tt.in, k, raw, ok, v)
+			}
 		}
+		if raw, ok := ValidMember([]byte(tt.in), "absent"); ok {
+			t.Errorf("%s: ValidMember(absent) = %s", tt.in, raw)
+		}
+	}
+	if raw, ok := ValidMember([]byte(`{"sp\u0065c": {"a": 1}}`), "spec"); !ok || string(raw) != `{"a": 1}` {
+		t.Errorf("an escaped key: ValidMember = %s, %v", raw, ok)
+	}
+	if _, ok := ValidMember([]byte(`[{"spec": 1}]`), "spec"); ok {
+		t.Error("ValidMember found a member in an array")
 	}
 }
 
@@ -268,6 +280,9 @@ func FuzzMembers(f *testing.F) {
 		for k, raw := range members {
 			if !bytes.Equal(bytes.TrimSpace(raw), bytes.TrimSpace(want[k])) {
 				t.Fatalf("member %q: %q, encoding/json has %q", k, raw, want[k])
+			}
+			if one, ok := ValidMember(data, k); !ok || !bytes.Equal(one, raw) {
+				t.Fatalf("ValidMember(%q) = %q, %v; Members has %q", k, one, ok, raw)
 			}
 		}
 	})

@@ -188,11 +188,10 @@ func (d podDerived) size() int64 {
 // bridge derives for the policy (input.resources, input.tolerations). raw must be valid
 // JSON (a member DecodeObject returned). A spec seen before is not checked again.
 func (p podSpecs) decode(raw []byte, value ast.Value) (podIdentity, podDerived, error) {
-	members, err := astjson.ValidMembers(raw) // raw is a member DecodeObject checked
-	if err != nil {
-		return podIdentity{}, podDerived{}, err
+	if _, ok := value.(ast.Object); !ok {
+		return podIdentity{}, podDerived{}, errors.New("not a JSON object")
 	}
-	spec, hasSpec := members["spec"]
+	spec, hasSpec := astjson.ValidMember(raw, "spec") // raw is a member DecodeObject checked: no key twice
 	key := sha256.Sum256(spec)
 	hit, seen := p.valid.Get(key)
 	seen = seen && hasSpec
