@@ -111,9 +111,9 @@ func PodHPC(pod ast.Value) ast.Value {
 	if !ok {
 		return r.value()
 	}
-	annotations, _ := astjson.Find(obj, []*ast.Term{ast.StringTerm("metadata"), ast.StringTerm("annotations")}).(ast.Object)
+	annotations, _ := astjson.Find(obj, annotationsPath).(ast.Object)
 	r.readAnnotations(annotations)
-	if spec, ok := astjson.Find(obj, []*ast.Term{specKey}).(ast.Object); ok {
+	if spec, ok := astjson.Find(obj, specPath).(ast.Object); ok {
 		r.readSpec(spec)
 		r.readFlavorSized(spec)
 	}
@@ -121,24 +121,63 @@ func PodHPC(pod ast.Value) ast.Value {
 	return r.value()
 }
 
+// Terms PodHPC looks up and builds with, made once: it runs on every pod decision.
+var (
+	annotationsPath = []*ast.Term{ast.StringTerm("metadata"), ast.StringTerm("annotations")}
+	specPath        = []*ast.Term{specKey}
+	volumesPath     = []*ast.Term{ast.StringTerm("volumes")}
+	hostPathPath    = []*ast.Term{ast.StringTerm("hostPath"), ast.StringTerm("path")}
+	imagePath       = []*ast.Term{ast.StringTerm("image")}
+	hpcKeys         = func() map[string]*ast.Term {
+		m := map[string]*ast.Term{}
+		for _, k := range []string{"options", "order", "error", "valid", "inert", "sbatch_only", "runtime", "host_paths", "ids",
+			"words", "host_mode", "sbatch", "pod_ip", "kind", "value", "path", "from", "what", "name"} {
+			m[k] = ast.StringTerm(k)
+		}
+		for _, k := range hpcAnnotations {
+			m[k] = ast.StringTerm(k)
+		}
+		return m
+	}()
+	// isHPCAnnotation is hpcAnnotations as a set.
+	isHPCAnnotation = func() map[string]bool {
+		m := map[string]bool{}
+		for _, k := range hpcAnnotations {
+			m[k] = true
+		}
+		return m
+	}()
+)
+
+// hpcKey is the term of a member name PodHPC reads or writes, shared when it is one of
+// hpcKeys (terms used as keys are never modified).
+func hpcKey(name string) *ast.Term {
+	if t, ok := hpcKeys[name]; ok {
+		return t
+	}
+	return ast.StringTerm(name)
+}
+
 func (r *hpcRead) readAnnotations(annotations ast.Object) {
 	if annotations == nil {
 		return
 	}
 	get := func(key string) (string, bool) {
-		t := annotations.Get(ast.StringTerm(key))
+		t := annotations.Get(hpcKey(key))
 		if t == nil {
 			return "", false
 		}
 		s, ok := t.Value.(ast.String)
 		return string(s), ok
 	}
-	for _, key := range hpcAnnotations {
-		if annotations.Get(ast.StringTerm(key)) != nil {
+	// One pass over the pod's annotations (a pod sets few) rather than a look-up of
+	// each of hpcAnnotations.
+	annotations.Foreach(func(k, _ *ast.Term) {
+		if key, ok := k.Value.(ast.String); ok && isHPCAnnotation[string(key)] {
 			r.inert = false
-			r.others = r.others || key != slurmjob.FlagsAnnotation
+			r.others = r.others || string(key) != slurmjob.FlagsAnnotation
 		}
-	}
+	})
 	if v, ok := get(slurmjob.FlagsAnnotation); ok {
 		opts, err := slurmjob.ParseFlags(v)
 		r.sbatch = sbatchValue(opts, err)
@@ -146,7 +185,7 @@ func (r *hpcRead) readAnnotations(annotations ast.Object) {
 		if memZero.MatchString(lastValue(opts, "--mem")) {
 			r.bad(fmt.Sprintf("annotation %q", slurmjob.FlagsAnnotation), "--mem=0 asks sbatch for all of the node's memory")
 		}
-	} else if annotations.Get(ast.StringTerm(slurmjob.FlagsAnnotation)) != nil {
+	} else if annotations.Get(hpcKey(slurmjob.FlagsAnnotation)) != nil {
 		r.others = true // not a string
 	}
 	for _, ra := range runtimeAnnotations {
@@ -159,9 +198,9 @@ func (r *hpcRead) readAnnotations(annotations ast.Object) {
 		for _, o := range args.Options {
 			options = append(options, ast.StringTerm(o))
 		}
-		r.runtime = append(r.runtime, [2]*ast.Term{ast.StringTerm(ra.key), ast.ObjectTerm(
-			ast.Item(ast.StringTerm("options"), ast.ArrayTerm(options...)),
-			ast.Item(ast.StringTerm("error"), errorTerm(err)),
+		r.runtime = append(r.runtime, [2]*ast.Term{hpcKey(ra.key), ast.ObjectTerm(
+			ast.Item(hpcKey("options"), ast.ArrayTerm(options...)),
+			ast.Item(hpcKey("error"), errorTerm(err)),
 		)})
 		if err == nil {
 			for _, src := range args.Sources {
@@ -173,7 +212,7 @@ func (r *hpcRead) readAnnotations(annotations ast.Object) {
 		// Exactly as netip prints it, without a zone: a zone is free text the plugin
 		// would write into export POD_IP=... (scriptbound.IPAddress).
 		err := scriptbound.IPAddress.Check(v)
-		r.podIP = ast.ObjectTerm(ast.Item(ast.StringTerm("valid"), ast.BooleanTerm(err == nil)), ast.Item(ast.StringTerm("error"), errorTerm(err)))
+		r.podIP = ast.ObjectTerm(ast.Item(hpcKey("valid"), ast.BooleanTerm(err == nil)), ast.Item(hpcKey("error"), errorTerm(err)))
 	}
 }
 
@@ -196,9 +235,9 @@ func lastValue(opts []slurmjob.Option, name string) string {
 func sbatchValue(opts []slurmjob.Option, err error) *ast.Term {
 	if err != nil {
 		return ast.ObjectTerm(
-			ast.Item(ast.StringTerm("options"), ast.ObjectTerm()),
-			ast.Item(ast.StringTerm("order"), ast.ArrayTerm()),
-			ast.Item(ast.StringTerm("error"), errorTerm(err)),
+			ast.Item(hpcKey("options"), ast.ObjectTerm()),
+			ast.Item(hpcKey("order"), ast.ArrayTerm()),
+			ast.Item(hpcKey("error"), errorTerm(err)),
 		)
 	}
 	byName := make([][2]*ast.Term, 0, len(opts))
@@ -212,9 +251,9 @@ func sbatchValue(opts []slurmjob.Option, err error) *ast.Term {
 		order = append(order, ast.StringTerm(o.Name))
 	}
 	return ast.ObjectTerm(
-		ast.Item(ast.StringTerm("options"), ast.ObjectTerm(byName...)),
-		ast.Item(ast.StringTerm("order"), ast.ArrayTerm(order...)),
-		ast.Item(ast.StringTerm("error"), ast.NullTerm()),
+		ast.Item(hpcKey("options"), ast.ObjectTerm(byName...)),
+		ast.Item(hpcKey("order"), ast.ArrayTerm(order...)),
+		ast.Item(hpcKey("error"), ast.NullTerm()),
 	)
 }
 
@@ -226,18 +265,23 @@ func errorTerm(err error) *ast.Term {
 }
 
 // Container lists, with the name a message gives their members.
-var podContainerLists = []struct{ key, what string }{
-	{"containers", "container"}, {"initContainers", "init container"}, {"ephemeralContainers", "ephemeral container"},
+var podContainerLists = []struct {
+	key, what string
+	path      []*ast.Term // key's, in a pod's spec
+}{
+	{"containers", "container", []*ast.Term{ast.StringTerm("containers")}},
+	{"initContainers", "init container", []*ast.Term{ast.StringTerm("initContainers")}},
+	{"ephemeralContainers", "ephemeral container", []*ast.Term{ast.StringTerm("ephemeralContainers")}},
 }
 
 var probeKeys = []string{"livenessProbe", "readinessProbe", "startupProbe"}
 
 func (r *hpcRead) readSpec(spec ast.Object) {
-	r.ids = appendIDs(r.ids, spec, "spec.securityContext")
-	if vols, ok := astjson.Find(spec, []*ast.Term{ast.StringTerm("volumes")}).(*ast.Array); ok {
+	r.ids = appendIDs(r.ids, spec, func() string { return "spec.securityContext" })
+	if vols, ok := astjson.Find(spec, volumesPath).(*ast.Array); ok {
 		vols.Foreach(func(v *ast.Term) {
 			name := stringAt(v.Value, "name")
-			if p, ok := astjson.Find(v.Value, []*ast.Term{ast.StringTerm("hostPath"), ast.StringTerm("path")}).(ast.String); ok {
+			if p, ok := astjson.Find(v.Value, hostPathPath).(ast.String); ok {
 				what := fmt.Sprintf("hostPath volume %q", name)
 				if clean, err := slurmjob.CleanHostPath(string(p)); err != nil {
 					r.bad(what, err.Error())
@@ -248,16 +292,17 @@ func (r *hpcRead) readSpec(spec ast.Object) {
 		})
 	}
 	for li, list := range podContainerLists {
-		cs, ok := astjson.Find(spec, []*ast.Term{ast.StringTerm(list.key)}).(*ast.Array)
+		cs, ok := astjson.Find(spec, list.path).(*ast.Array)
 		if !ok {
 			continue
 		}
 		for i := range cs.Len() {
 			c := cs.Elem(i).Value
-			name := stringAt(c, "name")
-			field := fmt.Sprintf("spec.%s[%q].securityContext", list.key, name)
-			r.ids = appendIDs(r.ids, c, field)
-			if image, ok := astjson.Find(c, []*ast.Term{ast.StringTerm("image")}).(ast.String); ok {
+			// The field is named only for a container that sets an id (most set none).
+			r.ids = appendIDs(r.ids, c, func() string {
+				return fmt.Sprintf("spec.%s[%q].securityContext", list.key, stringAt(c, "name"))
+			})
+			if image, ok := astjson.Find(c, imagePath).(ast.String); ok {
 				if li == 0 && i == 0 && strings.Contains(string(image), "host") {
 					r.hostMode = true
 				}
@@ -278,10 +323,11 @@ func (r *hpcRead) readSpec(spec ast.Object) {
 // plugin's configuration, so the job's size cannot be known: a tenant with a quota
 // cannot be charged for it (quota.rego).
 func (r *hpcRead) readFlavorSized(spec ast.Object) {
+	type unsized struct{ list, i int }
 	for _, res := range sizedResources {
-		var before []*ast.Term
+		var before []unsized // named only when some container is limited (most pods: none or all)
 		limited := false
-		for _, list := range sizedLists {
+		for li, list := range sizedLists {
 			cs, ok := astjson.Find(spec, list.path).(*ast.Array)
 			if !ok {
 				continue
@@ -290,12 +336,15 @@ func (r *hpcRead) readFlavorSized(spec ast.Object) {
 				if astjson.Find(cs.Elem(i).Value, res.path) != nil {
 					limited = true
 				} else if !limited {
-					before = append(before, ast.StringTerm(fmt.Sprintf("spec.%s[%d].resources.limits.%s", list.name, i, res.name)))
+					before = append(before, unsized{li, i})
 				}
 			}
 		}
 		if limited {
-			r.flavorSized = append(r.flavorSized, before...)
+			for _, u := range before {
+				r.flavorSized = append(r.flavorSized,
+					ast.StringTerm(fmt.Sprintf("spec.%s[%d].resources.limits.%s", sizedLists[u.list].name, u.i, res.name)))
+			}
 		}
 	}
 }
@@ -359,17 +408,27 @@ func (r *hpcRead) readMemoryLimit(c ast.Value, list string, i int) {
 		fmt.Sprintf("%s is under 1Mi: the SLURM plugin would write --mem=0, which sbatch reads as all of the node's memory", string(s)))
 }
 
-// appendIDs adds the runAsUser and runAsGroup of the securityContext of obj.
-func appendIDs(ids []*ast.Term, obj ast.Value, field string) []*ast.Term {
-	for _, f := range []struct{ key, kind string }{{"runAsUser", "uid"}, {"runAsGroup", "gid"}} {
-		n, ok := astjson.Find(obj, []*ast.Term{ast.StringTerm("securityContext"), ast.StringTerm(f.key)}).(ast.Number)
+// idFields are the securityContext fields appendIDs reads.
+var idFields = []struct {
+	key, kind string
+	path      []*ast.Term
+}{
+	{"runAsUser", "uid", []*ast.Term{ast.StringTerm("securityContext"), ast.StringTerm("runAsUser")}},
+	{"runAsGroup", "gid", []*ast.Term{ast.StringTerm("securityContext"), ast.StringTerm("runAsGroup")}},
+}
+
+// appendIDs adds the runAsUser and runAsGroup of the securityContext of obj; field
+// names that securityContext, called only when it sets one.
+func appendIDs(ids []*ast.Term, obj ast.Value, field func() string) []*ast.Term {
+	for _, f := range idFields {
+		n, ok := astjson.Find(obj, f.path).(ast.Number)
 		if !ok {
 			continue
 		}
 		ids = append(ids, ast.ObjectTerm(
-			ast.Item(ast.StringTerm("field"), ast.StringTerm(field+"."+f.key)),
-			ast.Item(ast.StringTerm("kind"), ast.StringTerm(f.kind)),
-			ast.Item(ast.StringTerm("value"), ast.NewTerm(n)),
+			ast.Item(fieldKey, ast.StringTerm(field()+"."+f.key)),
+			ast.Item(hpcKey("kind"), ast.StringTerm(f.kind)),
+			ast.Item(hpcKey("value"), ast.NewTerm(n)),
 		))
 	}
 	return ids
@@ -378,16 +437,16 @@ func appendIDs(ids []*ast.Term, obj ast.Value, field string) []*ast.Term {
 func (r *hpcRead) hostPath(p, from string) {
 	r.inert, r.others = false, true
 	r.hostPaths = append(r.hostPaths, ast.ObjectTerm(
-		ast.Item(ast.StringTerm("path"), ast.StringTerm(p)),
-		ast.Item(ast.StringTerm("from"), ast.StringTerm(from)),
+		ast.Item(hpcKey("path"), ast.StringTerm(p)),
+		ast.Item(hpcKey("from"), ast.StringTerm(from)),
 	))
 }
 
 func (r *hpcRead) bad(what, msg string) {
 	r.inert, r.others = false, true
 	r.words = append(r.words, ast.ObjectTerm(
-		ast.Item(ast.StringTerm("what"), ast.StringTerm(what)),
-		ast.Item(ast.StringTerm("error"), ast.StringTerm(msg)),
+		ast.Item(hpcKey("what"), ast.StringTerm(what)),
+		ast.Item(hpcKey("error"), ast.StringTerm(msg)),
 	))
 }
 
@@ -430,29 +489,29 @@ func (r *hpcRead) value() ast.Value {
 		}
 	}
 	obj := ast.NewObject(
-		ast.Item(ast.StringTerm("inert"), ast.BooleanTerm(r.inert)),
-		ast.Item(ast.StringTerm("sbatch_only"), ast.BooleanTerm(!r.inert && !r.others)),
-		ast.Item(ast.StringTerm("runtime"), ast.ObjectTerm(r.runtime...)),
-		ast.Item(ast.StringTerm("host_paths"), ast.ArrayTerm(r.hostPaths...)),
-		ast.Item(ast.StringTerm("ids"), ast.ArrayTerm(r.ids...)),
-		ast.Item(ast.StringTerm("words"), ast.ArrayTerm(r.words...)),
-		ast.Item(ast.StringTerm("host_mode"), ast.BooleanTerm(r.hostMode)),
+		ast.Item(hpcKey("inert"), ast.BooleanTerm(r.inert)),
+		ast.Item(hpcKey("sbatch_only"), ast.BooleanTerm(!r.inert && !r.others)),
+		ast.Item(hpcKey("runtime"), ast.ObjectTerm(r.runtime...)),
+		ast.Item(hpcKey("host_paths"), ast.ArrayTerm(r.hostPaths...)),
+		ast.Item(hpcKey("ids"), ast.ArrayTerm(r.ids...)),
+		ast.Item(hpcKey("words"), ast.ArrayTerm(r.words...)),
+		ast.Item(hpcKey("host_mode"), ast.BooleanTerm(r.hostMode)),
 		ast.Item(gpusKey, ast.IntNumberTerm(int(r.gpus))),
 		ast.Item(flavorSizedKey, ast.ArrayTerm(r.flavorSized...)),
 		ast.Item(scriptBoundKey, ast.ObjectTerm(bound...)),
 		ast.Item(boundPluginsKey, ast.ArrayTerm(boundPlugins...)),
 	)
 	if r.sbatch != nil {
-		obj.Insert(ast.StringTerm("sbatch"), r.sbatch)
+		obj.Insert(hpcKey("sbatch"), r.sbatch)
 	}
 	if r.podIP != nil {
-		obj.Insert(ast.StringTerm("pod_ip"), r.podIP)
+		obj.Insert(hpcKey("pod_ip"), r.podIP)
 	}
 	return obj
 }
 
 // stringAt is obj[key] when it is a string, else "".
 func stringAt(obj ast.Value, key string) string {
-	s, _ := astjson.Find(obj, []*ast.Term{ast.StringTerm(key)}).(ast.String)
+	s, _ := astjson.Find(obj, []*ast.Term{hpcKey(key)}).(ast.String)
 	return string(s)
 }

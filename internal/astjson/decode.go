@@ -49,6 +49,14 @@ func DecodeObject(data []byte, names Names) (obj ast.Object, fields map[string]F
 		}
 		return nil, nil, errors.New("invalid JSON")
 	}
+	return DecodeValidObject(data, names)
+}
+
+// DecodeValidObject is DecodeObject for data known to be valid JSON: a member Members
+// returned (Members checked the whole document), so that a request body is checked
+// once, not once by the server and again by the decision. Anything else must go
+// through DecodeObject: data that Valid would refuse is not checked here.
+func DecodeValidObject(data []byte, names Names) (obj ast.Object, fields map[string]Field, err error) {
 	s := stacksPool.Get().(*stacks)
 	defer s.release()
 	d := decoder{data: data, names: names, stacks: s}
@@ -337,6 +345,41 @@ func ValidMembers(data []byte) (map[string][]byte, error) {
 		start := d.pos
 		d.skipValue()
 		members[key] = d.data[start:d.pos]
+	}
+}
+
+// ValidMember is the raw bytes of data's member name, for data known to be a valid
+// JSON object with no key twice (a Field.Raw of DecodeObject, which refuses a key given
+// twice): found only, with no map of every member built. ok is false when data has no
+// such member or is not an object.
+func ValidMember(data []byte, name string) (raw []byte, ok bool) {
+	d := decoder{data: data}
+	d.skipSpace()
+	if d.pos >= len(d.data) || d.data[d.pos] != '{' {
+		return nil, false
+	}
+	d.pos++
+	for {
+		d.skipSpace()
+		switch d.data[d.pos] {
+		case '}':
+			return nil, false
+		case ',':
+			d.pos++
+			d.skipSpace()
+		}
+		key, err := d.string()
+		if err != nil {
+			return nil, false
+		}
+		d.skipSpace()
+		d.pos++ // ':'
+		d.skipSpace()
+		start := d.pos
+		d.skipValue()
+		if key == name {
+			return d.data[start:d.pos], true
+		}
 	}
 }
 

@@ -56,6 +56,9 @@ func TestDecodeObjectMatchesEncodingJSON(t *testing.T) {
 			if named, _, err := DecodeObject([]byte(in), testNames); err != nil || named.Compare(want) != 0 {
 				t.Fatalf("with names: got %v, %v\nwant %v", named, err, want)
 			}
+			if valid, _, err := DecodeValidObject([]byte(in), testNames); err != nil || valid.Compare(want) != 0 {
+				t.Fatalf("DecodeValidObject: got %v, %v\nwant %v", valid, err, want)
+			}
 			for k, f := range fields {
 				v, ok := reference(t, []byte(`{"x":`+string(f.Raw)+`}`))
 				if !ok || v.(ast.Object).Get(ast.StringTerm("x")).Value.Compare(f.Value) != 0 {
@@ -84,6 +87,12 @@ func TestDecodeObjectRefuses(t *testing.T) {
 			_, _, err := DecodeObject([]byte(tt.in), nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tt.want)
+			}
+			// What is valid JSON DecodeValidObject refuses alike (a key twice, not an object).
+			if Valid([]byte(tt.in)) {
+				if _, _, verr := DecodeValidObject([]byte(tt.in), nil); verr == nil || verr.Error() != err.Error() {
+					t.Fatalf("DecodeValidObject: got %v, want %v", verr, err)
+				}
 			}
 		})
 	}
@@ -144,6 +153,12 @@ func FuzzDecodeObject(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, _, err := DecodeObject(data, testNames)
+		if Valid(data) { // what the server passes on checked: decoded alike
+			vgot, _, verr := DecodeValidObject(data, testNames)
+			if (verr == nil) != (err == nil) || err != nil && verr.Error() != err.Error() || err == nil && vgot.Compare(got) != 0 {
+				t.Fatalf("DecodeValidObject: %v, %v; DecodeObject: %v, %v", vgot, verr, got, err)
+			}
+		}
 		want, ok := reference(t, data)
 		if err != nil {
 			if ok && !strings.Contains(err.Error(), "duplicate field") {
@@ -235,7 +250,19 @@ func TestMembers(t *testing.T) {
 			if string(got[k]) != v {
 				t.Errorf("%s: member %q = %s, want %s", tt.in, k, got[k], v)
 			}
+			if raw, ok := ValidMember([]byte(tt.in), k); !ok || string(raw) != v {
+				t.Errorf("%s: ValidMember(%q) = %s, %v, want %s", tt.in, k, raw, ok, v)
+			}
 		}
+		if raw, ok := ValidMember([]byte(tt.in), "absent"); ok {
+			t.Errorf("%s: ValidMember(absent) = %s", tt.in, raw)
+		}
+	}
+	if raw, ok := ValidMember([]byte(`{"sp\u0065c": {"a": 1}}`), "spec"); !ok || string(raw) != `{"a": 1}` {
+		t.Errorf("an escaped key: ValidMember = %s, %v", raw, ok)
+	}
+	if _, ok := ValidMember([]byte(`[{"spec": 1}]`), "spec"); ok {
+		t.Error("ValidMember found a member in an array")
 	}
 }
 
@@ -253,6 +280,9 @@ func FuzzMembers(f *testing.F) {
 		for k, raw := range members {
 			if !bytes.Equal(bytes.TrimSpace(raw), bytes.TrimSpace(want[k])) {
 				t.Fatalf("member %q: %q, encoding/json has %q", k, raw, want[k])
+			}
+			if one, ok := ValidMember(data, k); !ok || !bytes.Equal(one, raw) {
+				t.Fatalf("ValidMember(%q) = %q, %v; Members has %q", k, one, ok, raw)
 			}
 		}
 	})

@@ -155,7 +155,7 @@ func (a *Authorizer) decidePod(ctx context.Context, r Request) (d Decision, err 
 		return d, err
 	}
 	defer release()
-	req, err := decodePodInput(rawInput, a.specs)
+	req, err := decodePodInput(rawInput, r.InputValid, a.specs)
 	if err != nil {
 		rec.failed(true, "rejected request", err)
 		return d, err

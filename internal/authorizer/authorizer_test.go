@@ -291,32 +291,36 @@ func TestDecideErrors(t *testing.T) {
 		{name: "namespace read fails", input: podInput("create", "new-ns", "runner", ""), view: func(v *fakeView) { v.nsErr = errors.New("connection refused") }, wantMessage: "connection refused"},
 		{name: "not synced within the deadline", input: podInput("create", "team-a", "runner", ""), view: func(v *fakeView) { v.unsynced.Store(true) }, wantMessage: "cluster view not synced"},
 	}
+	// Every input is valid JSON: refused alike when the caller (the Data API server)
+	// says it checked the syntax (InputValid) and when the decision checks it.
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			answer := tt.answer
-			if answer == nil {
-				answer = allowAll
-			}
-			view := newView()
-			if tt.view != nil {
-				tt.view(view)
-			}
-			a := newTestAuthorizer(t, tt.cfg, &fakeReviewer{answer: answer}, view)
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			defer cancel()
-			d, err := a.Decide(ctx, Request{Path: decisionPath, Input: json.RawMessage(tt.input)})
-			var inputErr *InputError
-			var unavailable *UnavailableError
-			if tt.wantInput && !errors.As(err, &inputErr) || !tt.wantInput && !errors.As(err, &unavailable) {
-				t.Fatalf("err = %T %v; want input error %v", err, err, tt.wantInput)
-			}
-			if !strings.Contains(err.Error(), tt.wantMessage) {
-				t.Errorf("err = %q, want it to contain %q", err, tt.wantMessage)
-			}
-			if d.Defined || jsonOf(d.Result) != nil {
-				t.Errorf("an error came with a result: %#v", jsonOf(d.Result))
-			}
-		})
+		for _, valid := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/input valid %v", tt.name, valid), func(t *testing.T) {
+				answer := tt.answer
+				if answer == nil {
+					answer = allowAll
+				}
+				view := newView()
+				if tt.view != nil {
+					tt.view(view)
+				}
+				a := newTestAuthorizer(t, tt.cfg, &fakeReviewer{answer: answer}, view)
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				d, err := a.Decide(ctx, Request{Path: decisionPath, Input: json.RawMessage(tt.input), InputValid: valid})
+				var inputErr *InputError
+				var unavailable *UnavailableError
+				if tt.wantInput && !errors.As(err, &inputErr) || !tt.wantInput && !errors.As(err, &unavailable) {
+					t.Fatalf("err = %T %v; want input error %v", err, err, tt.wantInput)
+				}
+				if !strings.Contains(err.Error(), tt.wantMessage) {
+					t.Errorf("err = %q, want it to contain %q", err, tt.wantMessage)
+				}
+				if d.Defined || jsonOf(d.Result) != nil {
+					t.Errorf("an error came with a result: %#v", jsonOf(d.Result))
+				}
+			})
+		}
 	}
 }
 

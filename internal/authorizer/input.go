@@ -41,8 +41,15 @@ type podRequest struct {
 // "Spec", "Operator" or "ſperator" would otherwise mean one thing to a Go client that
 // receives the pod (encoding/json folds case) and nothing to the policy; a pod with a
 // field newer than this build is refused too, never judged blind.
-func decodePodInput(raw []byte, specs podSpecs) (podRequest, error) {
-	obj, fields, err := astjson.DecodeObject(raw, inputNames)
+//
+// valid says raw is known to be valid JSON (Request.InputValid): its syntax is then not
+// checked again.
+func decodePodInput(raw []byte, valid bool, specs podSpecs) (podRequest, error) {
+	decode := astjson.DecodeObject
+	if valid {
+		decode = astjson.DecodeValidObject
+	}
+	obj, fields, err := decode(raw, inputNames)
 	if err != nil {
 		return podRequest{}, inputErrorf("input: %v", err)
 	}
@@ -110,7 +117,7 @@ func (req podRequest) derivedMembers(hpc ast.Value) [][2]*ast.Term {
 // namespace, node, tenant, quota) are the caller's, as given; input.hpc.writers, which
 // needs the live pod, is left out.
 func DerivedInput(raw []byte) (ast.Object, error) {
-	req, err := decodePodInput(raw, newPodSpecs())
+	req, err := decodePodInput(raw, false, newPodSpecs())
 	if err != nil {
 		return nil, err
 	}
@@ -181,11 +188,10 @@ func (d podDerived) size() int64 {
 // bridge derives for the policy (input.resources, input.tolerations). raw must be valid
 // JSON (a member DecodeObject returned). A spec seen before is not checked again.
 func (p podSpecs) decode(raw []byte, value ast.Value) (podIdentity, podDerived, error) {
-	members, err := astjson.ValidMembers(raw) // raw is a member DecodeObject checked
-	if err != nil {
-		return podIdentity{}, podDerived{}, err
+	if _, ok := value.(ast.Object); !ok {
+		return podIdentity{}, podDerived{}, errors.New("not a JSON object")
 	}
-	spec, hasSpec := members["spec"]
+	spec, hasSpec := astjson.ValidMember(raw, "spec") // raw is a member DecodeObject checked: no key twice
 	key := sha256.Sum256(spec)
 	hit, seen := p.valid.Get(key)
 	seen = seen && hasSpec

@@ -33,6 +33,10 @@ type Request struct {
 	// FrontDoor is the way the request came in, input.front_door: each rule's action
 	// (data.interlink.enforcement) may differ per front door. Empty: FrontDoorDataAPI.
 	FrontDoor FrontDoor
+	// InputValid says Input is known to be valid JSON: a member astjson.Members returned
+	// (the Data API server checks the body so), so the decision does not check its
+	// syntax again. Set it for nothing else: false checks it.
+	InputValid bool
 }
 
 // FrontDoor names a way in to a decision, as input.front_door shows it.

@@ -64,15 +64,15 @@ func CheckPod(pod ast.Value) []Finding {
 // pod has none: the command's first word would then stand where singularity reads
 // the image, and its options before it.
 func (w *walker) htcondorImages(pod ast.Object) {
-	if get(pod, "metadata", "annotations", "htcondor-job.knoc.io/image-root") != nil {
+	if get(pod, imageRootPath) != nil {
 		return
 	}
-	cs, ok := get(pod, "spec", "containers").(*ast.Array)
+	cs, ok := get(pod, containersPath).(*ast.Array)
 	if !ok {
 		return
 	}
 	for i := range cs.Len() {
-		image, ok := get(cs.Elem(i).Value, "image").(ast.String)
+		image, ok := get(cs.Elem(i).Value, imagePath).(ast.String)
 		if !ok || !strings.HasPrefix(string(image), "/") || strings.HasPrefix(string(image), "/cvmfs") {
 			continue
 		}
@@ -81,14 +81,30 @@ func (w *walker) htcondorImages(pod ast.Object) {
 	}
 }
 
+// The paths htcondorImages reads, as terms made once (CheckPod runs on every pod
+// decision).
+var (
+	imageRootPath  = pathOf("metadata", "annotations", "htcondor-job.knoc.io/image-root")
+	containersPath = pathOf("spec", "containers")
+	imagePath      = pathOf("image")
+)
+
+func pathOf(names ...string) []*ast.Term {
+	path := make([]*ast.Term, len(names))
+	for i, n := range names {
+		path[i] = ast.StringTerm(n)
+	}
+	return path
+}
+
 // get is the value at a path of member names, nil when there is none.
-func get(v ast.Value, names ...string) ast.Value {
-	for _, n := range names {
+func get(v ast.Value, path []*ast.Term) ast.Value {
+	for _, n := range path {
 		obj, ok := v.(ast.Object)
 		if !ok {
 			return nil
 		}
-		t := obj.Get(ast.StringTerm(n))
+		t := obj.Get(n)
 		if t == nil {
 			return nil
 		}

@@ -150,7 +150,7 @@ func (h *dataHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithTimeout(ctx, h.timeout)
 		defer cancel()
 	}
-	decision, err := h.decider.Decide(ctx, authorizer.Request{Path: path, Input: input, AccessToken: r.Header.Get(forwardedTokenHeader), FrontDoor: authorizer.FrontDoorDataAPI})
+	decision, err := h.decider.Decide(ctx, authorizer.Request{Path: path, Input: input, InputValid: true, AccessToken: r.Header.Get(forwardedTokenHeader), FrontDoor: authorizer.FrontDoorDataAPI})
 	var (
 		inputErr        *authorizer.InputError
 		unauthenticated *authorizer.UnauthenticatedError
@@ -214,7 +214,8 @@ func documentPath(u *url.URL) ([]string, error) {
 	return parts, nil
 }
 
-// readInput reads {"input": {...}} from a bounded body.
+// readInput reads {"input": {...}} from a bounded body. The input it returns is valid
+// JSON (astjson.Members checked the body), which the decision does not check again.
 func readInput(w http.ResponseWriter, r *http.Request, maxBody int64) (json.RawMessage, int, error) {
 	// Read into a buffer of the announced size (bounded), not one grown by doubling.
 	body := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0), maxBody)+bytes.MinRead))
