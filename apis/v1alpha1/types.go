@@ -93,18 +93,8 @@ type OffloadTenantStatus struct {
 	PendingCount int32 `json:"pendingCount"`
 
 	// ObservedGeneration is the spec generation the reconciler last recalculated for.
-	// Until it reaches metadata.generation (a quota just set, namespaces just added),
-	// charges wait: usage does not yet count the pods already running, which the
-	// reconciler adopts (Adopted), as ResourceQuota admission waits for its usage.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-
-	// Adopted is the last round that counted pods no charge covered: pods already running
-	// on the tenant's virtual nodes when its quota appeared (or that reached them with no
-	// bridge in their path), counted as a ResourceQuota counts the objects that exist when
-	// it is created, and marked charged as the reconciler marks every charged pod.
-	// +optional
-	Adopted *Adoption `json:"adopted,omitempty"`
 
 	// Conditions: Ready (the spec could be read and the ledger recalculated).
 	// +optional
@@ -129,18 +119,6 @@ type Charge struct {
 	Amounts corev1.ResourceList `json:"amounts"`
 	// Time is when it was charged.
 	Time metav1.Time `json:"time"`
-}
-
-// Adoption is one round of the reconciler that counted pods no charge covered.
-type Adoption struct {
-	// Time is when the round marked them.
-	Time metav1.Time `json:"time"`
-	// Pods is how many pods the round adopted.
-	Pods int32 `json:"pods"`
-	// Names are the first of them (namespace/name), at most 10.
-	// +optional
-	// +listType=atomic
-	Names []string `json:"names,omitempty"`
 }
 
 // OffloadTenantList is a list of OffloadTenants.

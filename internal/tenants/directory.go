@@ -181,27 +181,3 @@ func (d *Directory) WithQuota() []string {
 	slices.Sort(out)
 	return out
 }
-
-// OnSpecChange calls changed with a tenant's name when its OffloadTenant is added or its
-// spec changes (a new generation), until stop is called: the reconciler recalculates
-// that tenant at once, since its charges wait for it (status.observedGeneration).
-func (d *Directory) OnSpecChange(changed func(tenant string)) (stop func(), err error) {
-	reg, err := d.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if t, ok := obj.(*v1alpha1.OffloadTenant); ok {
-				changed(t.Name)
-			}
-		},
-		UpdateFunc: func(oldObj, obj any) {
-			old, ok1 := oldObj.(*v1alpha1.OffloadTenant)
-			t, ok2 := obj.(*v1alpha1.OffloadTenant)
-			if ok1 && ok2 && (old.Generation != t.Generation || t.Status.ObservedGeneration < t.Generation) {
-				changed(t.Name)
-			}
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("following OffloadTenants' specs: %w", err)
-	}
-	return func() { _ = d.informer.RemoveEventHandler(reg) }, nil
-}

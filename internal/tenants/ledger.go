@@ -203,16 +203,11 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 
 	written := 0                        // charges in the write that landed; 0: none was needed
 	already := make([]bool, len(batch)) // charged before, by any bridge or front door
-	attempt := func() error {
+	err := retry.RetryOnConflict(l.opts.Retry, func() error {
 		written = 0
 		var t v1alpha1.OffloadTenant
 		if err := l.client.Get(ctx, client.ObjectKey{Name: tenant}, &t); err != nil {
 			return err
-		}
-		if t.Status.ObservedGeneration < t.Generation {
-			// A quota just set (or namespaces just added): usage does not count the
-			// pods already running until the reconciler has adopted them.
-			return &unobservedError{tenant: tenant, generation: t.Generation, observed: t.Status.ObservedGeneration}
 		}
 		changed := 0
 		for i, w := range batch {
@@ -245,8 +240,7 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 			written = changed
 		}
 		return err
-	}
-	err := l.writeObserved(ctx, attempt)
+	})
 	if err != nil {
 		l.metrics.writes.WithLabelValues("error").Inc()
 		for i := range results {
@@ -275,37 +269,6 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 		}
 	}
 	return results
-}
-
-// unobservedError is a tenant whose spec the reconciler has not recalculated yet.
-type unobservedError struct {
-	tenant               string
-	generation, observed int64
-}
-
-func (e *unobservedError) Error() string {
-	return fmt.Sprintf("the ledger of tenant %q has not counted the pods already running since its spec changed (generation %d, recalculated for %d): is the ledger reconciler running?", e.tenant, e.generation, e.observed)
-}
-
-// observedPoll is how often a charge waiting for the reconciler re-reads the tenant.
-const observedPoll = 50 * time.Millisecond
-
-// writeObserved runs attempt with the conflict retries, and again every observedPoll
-// while the tenant's usage waits for the reconciler (as ResourceQuota admission waits
-// for its usage), until ctx ends: then the charge fails, never allowed.
-func (l *Ledger) writeObserved(ctx context.Context, attempt func() error) error {
-	for {
-		err := retry.RetryOnConflict(l.opts.Retry, attempt)
-		var unobserved *unobservedError
-		if !errors.As(err, &unobserved) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(observedPoll):
-		}
-	}
 }
 
 // alreadyConfirmed reads a stored pod's confirmation label: a relay's create of a pod the

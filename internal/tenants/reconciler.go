@@ -63,14 +63,6 @@ type TenantSource interface {
 
 var _ TenantSource = (*Directory)(nil)
 
-// specNotifier is a TenantSource that says when a tenant's spec changes; *Directory is
-// one. Without it, a new quota is recalculated at the next Interval.
-type specNotifier interface {
-	OnSpecChange(changed func(tenant string)) (stop func(), err error)
-}
-
-var _ specNotifier = (*Directory)(nil)
-
 // Defaults of ReconcilerOptions.
 const (
 	DefaultLeaseName      = "sar-bridge-ledger"
@@ -353,17 +345,6 @@ func (r *Reconciler) follow(ctx context.Context) error {
 		return err
 	}
 	defer stopNamespaces()
-	if n, ok := r.opts.Directory.(specNotifier); ok {
-		stopSpecs, err := n.OnSpecChange(func(tenant string) {
-			if _, ok := r.opts.Directory.Quota(tenant); ok {
-				tm.queue.Add(tenant)
-			}
-		})
-		if err != nil {
-			return err
-		}
-		defer stopSpecs()
-	}
 	// No round before the first lists: an empty view would release nothing (charges
 	// are only released after a GET) but would drop every confirmed pod from usage.
 	if !cache.WaitForCacheSync(ctx.Done(), src.HasSynced, r.opts.Directory.HasSynced) {
@@ -464,7 +445,6 @@ func (tm *term) next(ctx context.Context) bool {
 type reconcilerMetrics struct {
 	reconciles, released *prometheus.CounterVec
 	confirmed, conflicts prometheus.Counter
-	adopted              prometheus.Counter
 	leader, following    prometheus.Gauge
 }
 
@@ -481,10 +461,6 @@ func newReconcilerMetrics(reg prometheus.Registerer) reconcilerMetrics {
 		confirmed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sar_bridge_ledger_confirmed_total",
 			Help: "Pods the ledger reconciler marked charged (label sar-bridge.io/charged and the amounts annotation).",
-		}),
-		adopted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sar_bridge_ledger_adopted_total",
-			Help: "Running pods of virtual nodes that no charge covered (they ran before their tenant's quota) which the ledger reconciler counted and marked charged.",
 		}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sar_bridge_ledger_reconcile_conflicts_total",
@@ -506,7 +482,7 @@ func newReconcilerMetrics(reg prometheus.Registerer) reconcilerMetrics {
 		m.released.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.reconciles, m.released, m.confirmed, m.adopted, m.conflicts, m.leader, m.following)
+		reg.MustRegister(m.reconciles, m.released, m.confirmed, m.conflicts, m.leader, m.following)
 	}
 	return m
 }

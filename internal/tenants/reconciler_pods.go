@@ -126,13 +126,12 @@ type podRecord struct {
 	charged               corev1.ResourceList // the annotation's amounts; nil when absent or unreadable
 	spec                  corev1.ResourceList // PodAmounts of the pod as it is now
 	terminated            bool
-	running               bool // phase Running: its HPC job was submitted
 }
 
 // same says whether two records would count alike.
 func (r *podRecord) same(o *podRecord) bool {
 	return r.uid == o.uid && r.namespace == o.namespace && r.name == o.name && r.node == o.node &&
-		r.labelled == o.labelled && r.label == o.label && r.terminated == o.terminated && r.running == o.running &&
+		r.labelled == o.labelled && r.label == o.label && r.terminated == o.terminated &&
 		(r.charged == nil) == (o.charged == nil) && equality.Semantic.DeepEqual(r.charged, o.charged) &&
 		equality.Semantic.DeepEqual(r.spec, o.spec)
 }
@@ -142,7 +141,6 @@ func newRecord(node string, p *corev1.Pod) *podRecord {
 		uid: p.UID, namespace: p.Namespace, name: p.Name, node: node,
 		spec:       PodAmounts(p),
 		terminated: p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed,
-		running:    p.Status.Phase == corev1.PodRunning,
 	}
 	r.label, r.labelled = p.Labels[ChargedLabel]
 	if text, ok := p.Annotations[ChargedAmountsAnnotation]; ok {

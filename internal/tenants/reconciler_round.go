@@ -92,9 +92,8 @@ func (tm *term) reconcile(ctx context.Context, tenant string) error {
 	tm.verifyVanished(ctx, tenant)
 	p := tm.plan(ctx, tenant, t.Status.Pending, tm.view.snapshot())
 	tm.confirm(ctx, tenant, p)
-	adopted := tm.adopt(ctx, tenant, t.Status.Pending, tm.view.snapshot())
-	held := tm.view.snapshot().holdings(tenant, tm.r.opts.TenantOf) // with this round's confirmations and adoptions
-	written, err := tm.write(ctx, &t, p.resolved, held, adopted)
+	held := tm.view.snapshot().holdings(tenant, tm.r.opts.TenantOf) // with this round's confirmations
+	written, err := tm.write(ctx, &t, p.resolved, held)
 	switch {
 	case err != nil:
 		tm.r.metrics.reconciles.WithLabelValues(reconcileError).Inc()
@@ -268,7 +267,7 @@ func (tm *term) mark(ctx context.Context, rec *podRecord, tenant string, amounts
 // write sets the tenant's status to what the round found, with a resourceVersion-
 // checked update; a conflict (a decision charged meanwhile) re-reads the tenant and
 // recomputes from the charges then pending. written is false when nothing changed.
-func (tm *term) write(ctx context.Context, first *v1alpha1.OffloadTenant, resolved map[chargeKey]bool, held []holding, adopted *v1alpha1.Adoption) (written bool, err error) {
+func (tm *term) write(ctx context.Context, first *v1alpha1.OffloadTenant, resolved map[chargeKey]bool, held []holding) (written bool, err error) {
 	t := first
 	attempts := 0
 	err = retry.RetryOnConflict(tm.r.opts.Retry, func() error {
@@ -279,7 +278,7 @@ func (tm *term) write(ctx context.Context, first *v1alpha1.OffloadTenant, resolv
 				return err
 			}
 		}
-		next := desiredStatus(t, resolved, held, adopted)
+		next := desiredStatus(t, resolved, held)
 		if equality.Semantic.DeepEqual(next, t.Status) {
 			return nil
 		}
@@ -297,13 +296,9 @@ func (tm *term) write(ctx context.Context, first *v1alpha1.OffloadTenant, resolv
 }
 
 // desiredStatus is the tenant's status once the resolved charges are gone and usage is
-// recalculated: the pods held plus the charges still pending; adopted, when set, is
-// this round's adoption.
-func desiredStatus(t *v1alpha1.OffloadTenant, resolved map[chargeKey]bool, held []holding, adopted *v1alpha1.Adoption) v1alpha1.OffloadTenantStatus {
+// recalculated: the pods held plus the charges still pending.
+func desiredStatus(t *v1alpha1.OffloadTenant, resolved map[chargeKey]bool, held []holding) v1alpha1.OffloadTenantStatus {
 	s := *t.Status.DeepCopy()
-	if adopted != nil {
-		s.Adopted = adopted.DeepCopy()
-	}
 	s.Pending = nil
 	for _, c := range t.Status.Pending {
 		if !resolved[keyOf(c)] {

@@ -317,7 +317,7 @@ func TestReconcilePendingNotSeen(t *testing.T) {
 			}
 			c, _ := recClient(t, &n, tc.getErr, objs...)
 			tm := newTestTerm(t, c, fakeDir{"team-a": nil})
-			tm.view.OnAdd("vk-1", runningPod("team-a", "other", "4", phase(corev1.PodPending))) // bound, not decided yet: counts nothing
+			tm.view.OnAdd("vk-1", runningPod("team-a", "other", "4")) // an unconfirmed pod: counts nothing
 			reconcileOK(t, tm, "team-a")
 
 			s := status(t, c, "team-a")
@@ -365,7 +365,7 @@ func TestReconcilePendingSeen(t *testing.T) {
 		nameOnly("reused"), nameOnly("named")))
 	tm := newTestTerm(t, c, fakeDir{"team-a": nil})
 	tm.view.OnAdd("vk-1", runningPod("team-a", "done", "1", phase(corev1.PodSucceeded)))
-	tm.view.OnAdd("vk-1", withUID(runningPod("team-a", "renamed", "1", phase(corev1.PodPending)), "uid-someone-else"))
+	tm.view.OnAdd("vk-1", withUID(runningPod("team-a", "renamed", "1"), "uid-someone-else"))
 	tm.view.OnAdd("vk-1", runningPod("team-a", "reused", "1", phase(corev1.PodFailed)))
 	tm.view.OnAdd("vk-1", runningPod("team-a", "named", "1"))
 	reconcileOK(t, tm, "team-a")
@@ -439,9 +439,7 @@ func TestReconcileConflict(t *testing.T) {
 	var n calls
 	a := runningPod("team-a", "a", "2")
 	b := runningPod("team-a", "b", "1", labelled("team-a", "cpu=1,pods=1"))
-	recalculated := quotaTenant("team-a", pendingCharge("team-a", "a", "2", time.Second))
-	recalculated.Status.ObservedGeneration = recalculated.Generation // charges do not wait for a first round
-	inner := recScheme(t).WithObjects(a.DeepCopy(), b.DeepCopy(), recalculated).Build()
+	inner := recScheme(t).WithObjects(a.DeepCopy(), b.DeepCopy(), quotaTenant("team-a", pendingCharge("team-a", "a", "2", time.Second))).Build()
 	ledger := NewLedger(inner, nil, LedgerOptions{Now: func() time.Time { return testNow }})
 	var intercepted atomic.Int64
 	c := interceptor.NewClient(inner, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
@@ -487,74 +485,6 @@ func TestReconcileConflict(t *testing.T) {
 	}
 	if after := status(t, c, "team-a"); len(after.Pending) != 2 {
 		t.Errorf("pending %+v changed without a write", after.Pending)
-	}
-}
-
-// TestReconcileAdopts: running pods of the tenant that no charge covers (they ran
-// before its quota) are counted and marked with what their spec holds, once; pods
-// bound but not running (their decision may be on its way), ended, marked already,
-// covered by a pending charge, or of another tenant are not; status.adopted says which.
-func TestReconcileAdopts(t *testing.T) {
-	var n calls
-	stored := []*corev1.Pod{
-		runningPod("team-a", "old-1", "2"),
-		runningPod("team-a-2", "old-2", "1"), // team-a's too
-		runningPod("team-a", "bound", "4", phase(corev1.PodPending)),
-		runningPod("team-a", "done", "4", phase(corev1.PodSucceeded)),
-		runningPod("team-a", "marked", "1", labelled("team-a", "cpu=1,pods=1")),
-		runningPod("team-a", "charged", "1"),
-		runningPod("team-a", "by-name", "1"),
-		runningPod("team-b", "elsewhere", "1"),
-	}
-	byName := pendingCharge("team-a", "by-name", "1", time.Second)
-	byName.UID = ""
-	objs := []client.Object{quotaTenant("team-a", pendingCharge("team-a", "charged", "1", time.Second), byName)}
-	for _, p := range stored {
-		objs = append(objs, p.DeepCopy())
-	}
-	c, api := recClient(t, &n, nil, objs...)
-	tm := newTestTerm(t, c, fakeDir{"team-a": nil})
-	for _, p := range stored {
-		tm.view.OnAdd("vk-1", p)
-	}
-	reconcileOK(t, tm, "team-a")
-
-	for _, p := range []struct{ ns, name, label, amounts string }{
-		{"team-a", "old-1", "team-a", "cpu=2,memory=1Mi,pods=1"},
-		{"team-a-2", "old-2", "team-a", "cpu=1,memory=1Mi,pods=1"},
-		{"team-a", "bound", "", ""},
-		{"team-a", "done", "", ""},
-		{"team-b", "elsewhere", "", ""},
-	} {
-		got := getPod(t, api, p.ns, p.name)
-		if got.Labels[ChargedLabel] != p.label || got.Annotations[ChargedAmountsAnnotation] != p.amounts {
-			t.Errorf("pod %s/%s: labels %v annotations %v, want label %q amounts %q", p.ns, p.name, got.Labels, got.Annotations, p.label, p.amounts)
-		}
-	}
-	s := status(t, c, "team-a")
-	// old-1, old-2, marked, charged (confirmed) and by-name (confirmed by its name).
-	wantUsed(t, s, "pods", "5", "cpu", "6")
-	if s.Adopted == nil || s.Adopted.Pods != 2 || strings.Join(s.Adopted.Names, " ") != "team-a/old-1 team-a-2/old-2" || !s.Adopted.Time.Time.Equal(testNow) {
-		t.Errorf("adopted %+v, want team-a/old-1 and team-a-2/old-2 at %v", s.Adopted, testNow)
-	}
-	if got := testutil.ToFloat64(tm.r.metrics.adopted); got != 2 {
-		t.Errorf("adopted_total %v, want 2", got)
-	}
-	patches := n.patches.Load() // the adoptions and the two confirmations
-	if patches != 4 {
-		t.Errorf("%d patches, want 4", patches)
-	}
-
-	// Adopted once: the next rounds count them as charged and mark nothing again.
-	reconcileOK(t, tm, "team-a")
-	for _, p := range stored[:2] {
-		tm.view.OnUpdate("vk-1", p, getPod(t, api, p.Namespace, p.Name))
-	}
-	reconcileOK(t, tm, "team-a")
-	s = status(t, c, "team-a")
-	wantUsed(t, s, "pods", "5", "cpu", "6")
-	if n.patches.Load() != patches || s.Adopted.Pods != 2 {
-		t.Errorf("%d patches, adopted %+v after later rounds; want %d and the same adoption", n.patches.Load(), s.Adopted, patches)
 	}
 }
 
