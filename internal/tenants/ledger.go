@@ -269,7 +269,9 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 		// A batch whose charges were all refused or made before, with nothing to adopt,
 		// writes nothing.
 		l.metrics.writes.WithLabelValues("success").Inc()
-		l.metrics.batch.Observe(float64(written))
+		if written > 0 {
+			l.metrics.batch.Observe(float64(written))
+		}
 		l.metrics.adopted.Add(float64(adoptedPods))
 	}
 	// Counted once the outcome is final: a conflict re-decides every charge.
