@@ -7,8 +7,11 @@
 # hard amounts, once for a tenant whose hard.pods admits the whole job. It prints the
 # decision latency (p50, p90, p99, max) of both, and for the charged job the ledger writes
 # per admitted pod (sar_bridge_ledger_writes_total{result="success"} of every replica),
-# the conflicts, the charges per write, and the status writes the API server served. It
-# measures only: nothing here passes or fails on a figure.
+# the conflicts, the charges per write, and the status writes the API server served; then
+# the job once more for a tenant whose quota leaves exactly its size and once for one that
+# leaves half (all admitted, exactly half admitted), and issue 41's targets (charged
+# decisions/s ≥ 0.5× uncharged, p99 ≤ uncharged + 20 ms, ≤ 0.05 ledger writes per admitted
+# pod) against the figures. It measures only: nothing here passes or fails on a figure.
 #
 #   hack/bench-ledger.sh                          # needs bin/sar-bridge and the control plane
 #   PODS=200 hack/bench-ledger.sh                 # a quick run

@@ -96,6 +96,15 @@ type OffloadTenantStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// Adopted is the last count of the pods already running that no charge covered:
+	// the first charge of each spec generation (a quota just set, namespaces just added)
+	// counts the tenant's Running pods on virtual nodes that are neither pending here
+	// nor marked charged, as a ResourceQuota counts the objects that exist when it is
+	// created, and adds them to Pending in the same write. Charges do not wait for the
+	// reconciler: the charging bridge counts them itself.
+	// +optional
+	Adopted *Adoption `json:"adopted,omitempty"`
+
 	// Conditions: Ready (the spec could be read and the ledger recalculated).
 	// +optional
 	// +listType=map
@@ -119,6 +128,20 @@ type Charge struct {
 	Amounts corev1.ResourceList `json:"amounts"`
 	// Time is when it was charged.
 	Time metav1.Time `json:"time"`
+}
+
+// Adoption is one count of the pods already running that no charge covered.
+type Adoption struct {
+	// Generation is the spec generation (metadata.generation) the count was made for.
+	Generation int64 `json:"generation"`
+	// Time is when the count was written.
+	Time metav1.Time `json:"time"`
+	// Pods is how many pods were adopted: added to Pending as charges.
+	Pods int32 `json:"pods"`
+	// Names are the first of them (namespace/name), at most 10.
+	// +optional
+	// +listType=atomic
+	Names []string `json:"names,omitempty"`
 }
 
 // OffloadTenantList is a list of OffloadTenants.

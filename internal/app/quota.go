@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
@@ -124,7 +125,6 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 		return quotaParts{}, err
 	}
 	pods := kube.NewPodReader(kubeClient, kube.DefaultRetryBackoff)
-	ledger := tenants.NewLedger(c, pods, tenants.LedgerOptions{MaxPending: o.maxPending, Registerer: reg})
 	shared := view.Informers().Core().V1()
 	tenantOf := func(namespace string) string {
 		if t, ok, _ := dir.Tenant(namespace); ok {
@@ -136,6 +136,12 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 		}
 		return mapping.Tenant(ns.Name, ns.Labels, tenantLabel)
 	}
+	running := runningPods{
+		list:   virtualpods.Options{Client: kubeClient, Nodes: shared.Nodes().Informer(), IsVirtual: targets.IsVirtual},
+		synced: []cache.InformerSynced{dir.HasSynced, shared.Namespaces().Informer().HasSynced},
+	}
+	ledger := tenants.NewLedger(c, pods, tenants.LedgerOptions{MaxPending: o.maxPending, Registerer: reg,
+		Running: running, TenantOf: tenantOf}) // the reconciler's mapping: both count the same pods
 	r, err := tenants.NewReconciler(tenants.ReconcilerOptions{
 		Client: c,
 		Pods: func() (tenants.PodSource, error) {
@@ -158,6 +164,23 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 	}()
 	level.Info(logger).Log("msg", "offload quotas: charging OffloadTenant ledgers; campaigning for the reconciler", "lease", o.leaseNamespace+"/"+tenants.DefaultLeaseName, "identity", r.Identity())
 	return quotaParts{directory: dir, ledger: ledger, stopped: stopped}, nil
+}
+
+// runningPods lists the pods of the virtual nodes live for the ledger's adoption, once
+// the views that say which nodes are virtual and which tenant a namespace belongs to
+// have synced: before that a count could miss pods, so the charge fails instead.
+type runningPods struct {
+	list   virtualpods.Options
+	synced []cache.InformerSynced
+}
+
+func (r runningPods) VirtualPods(ctx context.Context) ([]*corev1.Pod, error) {
+	for _, synced := range r.synced {
+		if !synced() {
+			return nil, errors.New("the bridge's view of the OffloadTenants and namespaces has not synced yet: which pods are the tenant's is unknown")
+		}
+	}
+	return virtualpods.List(ctx, r.list)
 }
 
 // tenantsServed says whether the API server serves offloadtenants.sar-bridge.io (the CRD

@@ -55,7 +55,7 @@ func newQuotaEnv(tb testing.TB, hard corev1.ResourceList) quotaEnv {
 		WithObjects(&v1alpha1.OffloadTenant{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}, Spec: v1alpha1.OffloadTenantSpec{Group: "interlink.io", Hard: hard}}).Build()
 	a := newTestAuthorizer(tb, Config{}, &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}, newView())
 	dir := &liveDirectory{c: c}
-	a.cfg.Tenants, a.cfg.Ledger = dir, tenants.NewLedger(c, nil, tenants.LedgerOptions{})
+	a.cfg.Tenants, a.cfg.Ledger = dir, tenants.NewLedger(c, nil, tenants.LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant})
 	return quotaEnv{a: a, client: c, dir: dir}
 }
 
@@ -216,7 +216,7 @@ func BenchmarkDecideQuota(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			e := newQuotaEnv(b, bc.hard)
-			e.a.cfg.Ledger = tenants.NewLedger(e.client, nil, tenants.LedgerOptions{MaxPending: 1 << 30})
+			e.a.cfg.Ledger = tenants.NewLedger(e.client, nil, tenants.LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, MaxPending: 1 << 30})
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -229,3 +229,10 @@ func BenchmarkDecideQuota(b *testing.B) {
 		})
 	}
 }
+
+// noPods is a view of the virtual nodes' pods where none runs: nothing to adopt.
+type noPods struct{}
+
+func (noPods) VirtualPods(context.Context) ([]*corev1.Pod, error) { return nil, nil }
+
+func namespaceTenant(namespace string) string { return namespace }

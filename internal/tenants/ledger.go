@@ -70,8 +70,13 @@ type LedgerOptions struct {
 	Retry wait.Backoff
 	// WriteTimeout bounds one batch's write, retries included; DefaultWriteTimeout when zero.
 	WriteTimeout time.Duration
-	Now          func() time.Time
-	Registerer   prometheus.Registerer
+	// Running and TenantOf are what the first charge of a tenant's spec generation
+	// counts the pods already running with (adopt.go): the live pods of the virtual
+	// nodes, and a namespace's tenant. Without them such a charge fails, never allowed.
+	Running    RunningPods
+	TenantOf   func(namespace string) string
+	Now        func() time.Time
+	Registerer prometheus.Registerer
 }
 
 // Defaults of LedgerOptions.
@@ -202,12 +207,19 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 	_ = reads.Wait() // each read's error is its charge's
 
 	written := 0                        // charges in the write that landed; 0: none was needed
+	wrote := false                      // a write landed (charges, an adoption or both)
+	adoptedPods := 0                    // pods the write that landed adopted
 	already := make([]bool, len(batch)) // charged before, by any bridge or front door
 	err := retry.RetryOnConflict(l.opts.Retry, func() error {
-		written = 0
+		written, wrote, adoptedPods = 0, false, 0
+		copy(results, readErrs) // nothing decided by an earlier attempt stands
 		var t v1alpha1.OffloadTenant
 		if err := l.client.Get(ctx, client.ObjectKey{Name: tenant}, &t); err != nil {
 			return err
+		}
+		adopted, err := l.adopt(ctx, &t)
+		if err != nil {
+			return fmt.Errorf("counting the pods of tenant %q already running on virtual nodes (its quota is new or its spec changed; nothing is charged until they are counted): %w", tenant, err)
 		}
 		changed := 0
 		for i, w := range batch {
@@ -229,15 +241,18 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 				changed++
 			}
 		}
-		if changed == 0 {
+		if changed == 0 && !adopted {
 			return nil
 		}
-		err := l.client.Status().Update(ctx, &t)
+		err = l.client.Status().Update(ctx, &t)
 		if apierrors.IsConflict(err) {
 			l.metrics.writes.WithLabelValues("conflict").Inc()
 		}
 		if err == nil {
-			written = changed
+			written, wrote = changed, true
+			if adopted {
+				adoptedPods = int(t.Status.Adopted.Pods)
+			}
 		}
 		return err
 	})
@@ -250,10 +265,14 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 		}
 		return results
 	}
-	if written > 0 {
-		// A batch whose charges were all refused or made before writes nothing.
+	if wrote {
+		// A batch whose charges were all refused or made before, with nothing to adopt,
+		// writes nothing.
 		l.metrics.writes.WithLabelValues("success").Inc()
-		l.metrics.batch.Observe(float64(written))
+		if written > 0 {
+			l.metrics.batch.Observe(float64(written))
+		}
+		l.metrics.adopted.Add(float64(adoptedPods))
 	}
 	// Counted once the outcome is final: a conflict re-decides every charge.
 	for i, r := range results {
@@ -421,6 +440,7 @@ func sortedNames(l corev1.ResourceList) []corev1.ResourceName {
 type ledgerMetrics struct {
 	writes, charges *prometheus.CounterVec
 	batch           prometheus.Histogram
+	adopted         prometheus.Counter
 }
 
 func newLedgerMetrics(reg prometheus.Registerer) ledgerMetrics {
@@ -438,9 +458,13 @@ func newLedgerMetrics(reg prometheus.Registerer) ledgerMetrics {
 			Help:    "Charges written in one write of a tenant's ledger.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
 		}),
+		adopted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sar_bridge_ledger_adopted_total",
+			Help: "Running pods of virtual nodes that no charge covered (they ran before their tenant's quota, or its spec changed) which a first charge counted and added to the ledger as pending charges.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.writes, m.charges, m.batch)
+		reg.MustRegister(m.writes, m.charges, m.batch, m.adopted)
 	}
 	return m
 }

@@ -62,7 +62,7 @@ func status(t *testing.T, c client.Client, name string) v1alpha1.OffloadTenantSt
 func TestLedgerCharges(t *testing.T) {
 	c := fakeClient(t, interceptor.Funcs{}, tenant("team-a", corev1.ResourceList{"pods": resource.MustParse("2")},
 		map[string]corev1.ResourceList{"vk-1": {"cpu": resource.MustParse("1500m")}}))
-	l := NewLedger(c, nil, LedgerOptions{})
+	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant})
 	ctx := context.Background()
 	if err := l.Charge(ctx, onePod("a")); err != nil {
 		t.Fatal(err)
@@ -109,7 +109,7 @@ func TestLedgerBurst(t *testing.T) {
 		}
 		return c.SubResource(sub).Update(ctx, obj, opts...)
 	}}, tenant("team-a", corev1.ResourceList{"pods": resource.MustParse("10")}, nil))
-	l := NewLedger(c, nil, LedgerOptions{})
+	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant})
 	var wg sync.WaitGroup
 	var charged, refused atomic.Int64
 	charge := func(i int) {
@@ -175,7 +175,7 @@ func TestLedgerConflicts(t *testing.T) {
 		}
 		return c.SubResource(sub).Update(ctx, obj, opts...)
 	}}, tenant("team-a", corev1.ResourceList{"pods": resource.MustParse("1")}, nil))
-	l := NewLedger(c, nil, LedgerOptions{})
+	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant})
 	var refusal *Refusal
 	if err := l.Charge(context.Background(), onePod("mine")); !errors.As(err, &refusal) {
 		t.Fatalf("after a conflict with a bridge that took the last slot: %v, want a refusal", err)
@@ -184,7 +184,7 @@ func TestLedgerConflicts(t *testing.T) {
 	always := fakeClient(t, interceptor.Funcs{SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
 		return apierrors.NewConflict(gr, "team-a", errors.New("the object has been modified"))
 	}}, tenant("team-a", corev1.ResourceList{"pods": resource.MustParse("5")}, nil))
-	err := NewLedger(always, nil, LedgerOptions{}).Charge(context.Background(), onePod("x"))
+	err := NewLedger(always, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant}).Charge(context.Background(), onePod("x"))
 	if err == nil || isRefusal(err) || !strings.Contains(err.Error(), `charging tenant "team-a"`) {
 		t.Fatalf("endless conflicts: %v, want an error", err)
 	}
@@ -192,7 +192,7 @@ func TestLedgerConflicts(t *testing.T) {
 
 func TestLedgerBounds(t *testing.T) {
 	c := fakeClient(t, interceptor.Funcs{}, tenant("team-a", corev1.ResourceList{"pods": resource.MustParse("100")}, nil))
-	l := NewLedger(c, nil, LedgerOptions{MaxPending: 2})
+	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, MaxPending: 2})
 	ctx := context.Background()
 	for _, name := range []string{"a", "b"} {
 		if err := l.Charge(ctx, onePod(name)); err != nil {
@@ -219,7 +219,7 @@ func (f fakePods) Pod(_ context.Context, namespace, name string) (*corev1.Pod, e
 func TestLedgerConfirmedPod(t *testing.T) {
 	c := fakeClient(t, interceptor.Funcs{}, tenant("team-a", corev1.ResourceList{"pods": resource.MustParse("1")}, nil))
 	pods := fakePods{"team-a/a": {ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "a", UID: "uid-a", Labels: map[string]string{ChargedLabel: "team-a"}}}}
-	l := NewLedger(c, pods, LedgerOptions{})
+	l := NewLedger(c, pods, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant})
 	req := onePod("a")
 	req.Exists = true
 	if err := l.Charge(context.Background(), req); err != nil {
@@ -263,7 +263,7 @@ func TestLedgerWriteMetrics(t *testing.T) {
 				return err
 			}}, tenant("team-a", corev1.ResourceList{"pods": resource.MustParse("2")}, nil))
 			reg := prometheus.NewRegistry()
-			l := NewLedger(c, nil, LedgerOptions{Registerer: reg})
+			l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: reg})
 			for _, r := range tc.charges {
 				_ = l.Charge(context.Background(), r)
 			}
@@ -311,7 +311,7 @@ func TestLedgerChargeMetricsOnConflict(t *testing.T) {
 		}
 		return c.SubResource(sub).Update(ctx, obj, opts...)
 	}}, tenant("team-a", corev1.ResourceList{"pods": resource.MustParse("5")}, nil))
-	l := NewLedger(c, nil, LedgerOptions{Registerer: prometheus.NewRegistry()})
+	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry()})
 	var wg sync.WaitGroup
 	charge := func(r Request) {
 		defer wg.Done()
@@ -369,7 +369,7 @@ func (p *slowPods) Pod(_ context.Context, _, _ string) (*corev1.Pod, error) {
 func TestLedgerReadsStoredPodsAtOnce(t *testing.T) {
 	c := fakeClient(t, interceptor.Funcs{}, tenant("team-a", corev1.ResourceList{"pods": resource.MustParse("100")}, nil))
 	pods := &slowPods{release: make(chan struct{})}
-	l := NewLedger(c, pods, LedgerOptions{})
+	l := NewLedger(c, pods, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant})
 	stored := func(i int) Request {
 		r := onePod(fmt.Sprint(i))
 		r.Exists = true
@@ -405,3 +405,10 @@ func TestLedgerReadsStoredPodsAtOnce(t *testing.T) {
 		t.Errorf("%d pending, want 31", len(s.Pending))
 	}
 }
+
+// noPods is a view of the virtual nodes' pods where none runs: nothing to adopt.
+type noPods struct{}
+
+func (noPods) VirtualPods(context.Context) ([]*corev1.Pod, error) { return nil, nil }
+
+func namespaceTenant(namespace string) string { return namespace }

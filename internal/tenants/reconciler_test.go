@@ -440,7 +440,7 @@ func TestReconcileConflict(t *testing.T) {
 	a := runningPod("team-a", "a", "2")
 	b := runningPod("team-a", "b", "1", labelled("team-a", "cpu=1,pods=1"))
 	inner := recScheme(t).WithObjects(a.DeepCopy(), b.DeepCopy(), quotaTenant("team-a", pendingCharge("team-a", "a", "2", time.Second))).Build()
-	ledger := NewLedger(inner, nil, LedgerOptions{Now: func() time.Time { return testNow }})
+	ledger := NewLedger(inner, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Now: func() time.Time { return testNow }})
 	var intercepted atomic.Int64
 	c := interceptor.NewClient(inner, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 		n.statusWrites.Add(1)

@@ -109,6 +109,25 @@ type lrReplica struct {
 	done   chan struct{}
 }
 
+// lrRunningPods is the bridge's live list of the virtual nodes' pods (virtualpods.List),
+// what the ledger's first charge counts the pods already running with.
+type lrRunningPods struct{ opts virtualpods.Options }
+
+func (r lrRunningPods) VirtualPods(ctx context.Context) ([]*corev1.Pod, error) {
+	return virtualpods.List(ctx, r.opts)
+}
+
+func lrRunning(t *testing.T, ctx context.Context, c lrClients) lrRunningPods {
+	t.Helper()
+	nodes := informers.NewSharedInformerFactory(c.kube, 0).Core().V1().Nodes().Informer()
+	go nodes.RunWithContext(ctx)
+	if _, ok := poll(10*time.Second, 20*time.Millisecond, nodes.HasSynced); !ok {
+		t.Fatal("the node informer never synced")
+	}
+	return lrRunningPods{virtualpods.Options{Client: c.kube, Nodes: nodes,
+		IsVirtual: func(n *corev1.Node) bool { return n.Labels["virtual-node.interlink/type"] == "virtual-kubelet" }}}
+}
+
 func lrStart(t *testing.T, c lrClients, dir *tenants.Directory, name string) *lrReplica {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -234,7 +253,7 @@ func TestLedgerReconciler(t *testing.T) {
 
 	// Two pods charged as the validating webhook charges them (stored, with their
 	// UIDs), and a charge whose pod never appears.
-	ledger := tenants.NewLedger(c.ctrl, nil, tenants.LedgerOptions{})
+	ledger := tenants.NewLedger(c.ctrl, nil, tenants.LedgerOptions{Running: lrRunning(t, ctx, c), TenantOf: func(ns string) string { return ns }})
 	a, b := lrPod(t, "job-a", "2"), lrPod(t, "job-b", "3")
 	d := lrPod(t, "job-d", "1") // charged later: until then it counts nothing
 	lrCharge(t, ledger, "job-a", a.UID, "2")
