@@ -6,8 +6,10 @@
 // the API server, bound to a virtual node as interLink's Virtual Kubelet has its pods, and
 // decided through the Data API (operation create, the stored pod), --workers at a time,
 // spread round-robin over the replicas: once for a tenant without hard amounts (nothing
-// is charged) and once for a tenant whose hard.pods admits the whole job (every allow is
-// charged), in the same run and control plane. It reports, for each, the decision
+// is charged), once for a tenant whose hard.pods admits the whole job (every allow is
+// charged), once for a tenant whose hard.pods is exactly the job's size (all of it must
+// be admitted: no over-deny) and once for one whose hard.pods is half of it (exactly
+// that many admitted), in the same run and control plane. It reports, for each, the decision
 // latency (p50, p99, max) and rate, and for the charged job the ledger's writes
 // (sar_bridge_ledger_writes_total of the three replicas) per admitted pod, the
 // conflicts, the batch sizes, and the status writes the API server served (the
@@ -44,6 +46,8 @@ import (
 const (
 	quotaNS     = "job-quota" // tenant with hard.pods: every allow is charged
 	freeNS      = "job-free"  // tenant without hard amounts: nothing is charged
+	exactNS     = "job-exact" // hard.pods = the job's size: all admitted, none over
+	halfNS      = "job-half"  // hard.pods = half the job: exactly that many admitted
 	virtualNode = "vk-1"
 	jobName     = "array"
 )
@@ -92,7 +96,7 @@ func run(c config) error {
 	}
 	defer bench.Stop()
 	cl, client := bench.Cluster, bench.Client
-	if err := setUp(ctx, cl, client); err != nil {
+	if err := setUp(ctx, cl, client, c.rounds*c.pods); err != nil {
 		return err
 	}
 
@@ -129,7 +133,8 @@ func run(c config) error {
 
 	var results []phaseResult
 	for round := range c.rounds {
-		for _, ph := range []struct{ name, ns string }{{"without charging", freeNS}, {"with charging", quotaNS}} {
+		for _, ph := range []struct{ name, ns string }{{"without charging", freeNS}, {"with charging", quotaNS},
+			{"hard = job size", exactNS}, {"hard = half", halfNS}} {
 			prefix := fmt.Sprintf("%s-r%d", jobName, round)
 			logf("round %d, %s: storing %d pods of %s/%s on %s", round+1, ph.name, c.pods, ph.ns, prefix, virtualNode)
 			pods, err := storeJob(ctx, client, c.workers, ph.ns, prefix, c.pods)
@@ -156,17 +161,22 @@ func run(c config) error {
 
 // setUp creates the two tenants (namespaces, ServiceAccounts, OffloadTenants), the
 // virtual node, and the RBAC that lets their runners offload.
-func setUp(ctx context.Context, cl *cluster.Cluster, client kubernetes.Interface) error {
+func setUp(ctx context.Context, cl *cluster.Cluster, client kubernetes.Interface, total int) error {
 	if err := cluster.CreateVirtualNode(ctx, client, virtualNode); err != nil {
 		return err
 	}
-	if err := cluster.CreateRunnerNamespaces(ctx, client, []string{freeNS, quotaNS}, nil); err != nil {
+	if err := cluster.CreateRunnerNamespaces(ctx, client, []string{freeNS, quotaNS, exactNS, halfNS}, nil); err != nil {
 		return err
 	}
-	for _, ns := range []string{freeNS, quotaNS} {
+	for _, ns := range []string{freeNS, quotaNS, exactNS, halfNS} {
 		var hard map[string]any
-		if ns == quotaNS {
+		switch ns {
+		case quotaNS:
 			hard = map[string]any{"pods": "100000"}
+		case exactNS:
+			hard = map[string]any{"pods": strconv.Itoa(total)}
+		case halfNS:
+			hard = map[string]any{"pods": strconv.Itoa(total / 2)}
 		}
 		if _, err := cl.Dynamic.Resource(cluster.OffloadTenantGVR).Create(ctx, cluster.NewOffloadTenant(ns, "interlink.io", hard), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("OffloadTenant %s: %w", ns, err)
@@ -442,16 +452,16 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Micros
 
 func report(c config, results []phaseResult, statusBytes int, used string, pending int) {
 	fmt.Println()
-	fmt.Printf("make bench-ledger: an array job of %d pods (stored, bound to %s) decided through the Data API by %d replicas, %d in flight, round-robin; hard.pods 100000 for the charged tenant\n\n",
-		c.pods, virtualNode, c.replicas, c.workers)
-	fmt.Println("| round | tenant | allowed | 503 | decisions/s | p50 | p90 | p99 | max | ledger writes (success) | writes per admitted pod | conflicts | charges per write (mean) | reconciler writes (conflicts) | status writes the API server served |")
-	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Printf("make bench-ledger: an array job of %d pods (stored, bound to %s) decided through the Data API by %d replicas, %d in flight, round-robin; hard.pods 100000 for the charged tenant, then %d (the job's size over all rounds) and %d (half)\n\n",
+		c.pods, virtualNode, c.replicas, c.workers, c.rounds*c.pods, c.rounds*c.pods/2)
+	fmt.Println("| round | tenant | allowed | refused | 503 | decisions/s | p50 | p90 | p99 | max | ledger writes (success) | writes per admitted pod | conflicts | charges per write (mean) | reconciler writes (conflicts) | status writes the API server served |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {
 		perPod, mean := "-", "-"
 		if r.writes > 0 {
 			perPod, mean = fmt.Sprintf("%.3f", r.writesPerAdmitted), fmt.Sprintf("%.1f", r.meanBatch)
 		}
-		fmt.Printf("| %d | %s | %d / %d | %d | %.0f | %s | %s | %s | %s | %v | %s | %v | %s | %v (%v) | %v |\n", r.round, r.name, r.admitted, r.decisions, r.errors,
+		fmt.Printf("| %d | %s | %d / %d | %d | %d | %.0f | %s | %s | %s | %s | %v | %s | %v | %s | %v (%v) | %v |\n", r.round, r.name, r.admitted, r.decisions, r.refused, r.errors,
 			float64(r.decisions)/r.elapsed.Seconds(), ms(r.p50), ms(r.p90), ms(r.p99), ms(r.max), r.writes, perPod, r.conflicts, mean,
 			r.reconcileWrites, r.reconcileConflicts, r.apiWritesIncludingReconciler)
 	}
@@ -462,10 +472,18 @@ func report(c config, results []phaseResult, statusBytes int, used string, pendi
 				r.round, r.name, r.histogram, r.counters.charged, r.counters.already, r.counters.refused, r.counters.writeErrors)
 		}
 	}
-	for i := 0; i+1 < len(results); i += 2 {
-		without, with := results[i], results[i+1]
-		fmt.Printf("round %d: charging costs p50 %+.1f ms (×%.2f), p99 %+.1f ms (×%.2f)\n", with.round,
-			float64(with.p50-without.p50)/1e6, float64(with.p50)/float64(without.p50), float64(with.p99-without.p99)/1e6, float64(with.p99)/float64(without.p99))
+	for i, without := range results {
+		if without.name != "without charging" {
+			continue
+		}
+		for _, with := range results[i+1:] {
+			if with.round != without.round {
+				break
+			}
+			fmt.Printf("round %d, %s: decisions/s ×%.2f of the uncharged; p50 %+.1f ms (×%.2f), p99 %+.1f ms (×%.2f); %.3f ledger writes per admitted pod\n", with.round, with.name,
+				without.elapsed.Seconds()/with.elapsed.Seconds(),
+				float64(with.p50-without.p50)/1e6, float64(with.p50)/float64(without.p50), float64(with.p99-without.p99)/1e6, float64(with.p99)/float64(without.p99), with.writesPerAdmitted)
+		}
 	}
 	fmt.Printf("the charged tenant's status at the end: used pods %s, %d charges still pending (the reconciler moves each onto its pod once it sees it), %d bytes of JSON\n", used, pending, statusBytes)
 }
