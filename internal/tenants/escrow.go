@@ -73,7 +73,7 @@ type SliceOptions struct {
 }
 
 // Defaults of SliceOptions. A burst of 1,000 creates over three bridges is decided in
-// a second or two: slices of 64 pods doubling up to 512, refilled when half used, and a
+// a second or two: slices of 128 pods doubling up to 512, refilled when half used, and a
 // report a second cost a bridge a handful of writes for its third of the burst (make
 // bench-ledger); every write is one more chance to conflict with the other bridges' and
 // the reconciler's, each conflict a re-read and rewrite of a status of up to 2,000
@@ -85,7 +85,7 @@ const (
 	DefaultSliceReport  = time.Second
 	DefaultSliceIdle    = 500 * time.Millisecond
 	DefaultSliceMin     = 16
-	DefaultSliceInitial = 64
+	DefaultSliceInitial = 128
 	DefaultSliceMax     = 512
 	// grantShare: a grant takes at most 1/grantShare of the room no slice holds.
 	grantShare = 4
@@ -118,6 +118,7 @@ type slice struct {
 	size       int                 // the slice wanted, in pods of unit
 	unit       corev1.ResourceList // what the last pod charged held
 	lastUse    time.Time           // last charge from free
+	lastWrite  time.Time           // last write that landed
 	frozen     bool                // a write is giving room back: free is 0 meanwhile
 	refreeze   bool                // the next write must be frozen (slice lost, spec changed)
 	timer      *time.Timer
@@ -174,7 +175,9 @@ func (l *Ledger) armLocked(tenant string, st *slice) {
 	if st.timer != nil {
 		return
 	}
-	st.timer = time.AfterFunc(l.opts.Slices.Report, func() {
+	// As often as an idle slice is to be returned, at most every Report; a flush
+	// with nothing to report or return writes nothing.
+	st.timer = time.AfterFunc(min(l.opts.Slices.Report, l.opts.Slices.Idle), func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		st.timer = nil
@@ -196,12 +199,19 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		st = &slice{ids: map[chargeID]bool{}, size: opts.Initial}
 		l.slices[tenant] = st
 	}
-	reports := st.unreported
-	st.unreported = nil
 	idle := len(batch) == 0 && start.Sub(st.lastUse) >= opts.Idle
 	// A write that may give room back takes free to zero first: (II). The others only
 	// add room, so charges go on from free meanwhile.
 	frozen := idle || st.refreeze
+	if !frozen && len(batch) == 0 && start.Sub(st.lastWrite) < opts.Report && podsWorth(st.free, st.unit) > st.size/2 &&
+		start.Before(st.expires.Add(-opts.Lease/2)) {
+		// A check for idleness found none, and no report, refill or renewal is due.
+		l.armLocked(tenant, st)
+		l.mu.Unlock()
+		return nil
+	}
+	reports := st.unreported
+	st.unreported = nil
 	held := st.free
 	if frozen {
 		st.frozen, st.free, st.refreeze = true, nil, false
@@ -223,7 +233,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	already := make([]bool, len(batch))
 	var room, grant, returned corev1.ResourceList
 	var generation int64
-	lost, wrote, refreeze := false, false, false
+	lost, wrote, refreeze, nearEnd := false, false, false, false
 	written := 0
 	err := retry.RetryOnConflict(l.opts.Retry, func() error {
 		written, wrote, grant, refreeze = 0, false, nil, false
@@ -242,8 +252,9 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		// A write answering no create keeps every room its charges may be taking.
 		lost = !frozen && (i < 0 && !isZero(held) || i >= 0 && t.Generation != known)
 		changed := 0
-		// Reports: allowed already, so recorded whatever the quota says now; a pod
-		// charged meanwhile (another bridge, the reconciler) gives its room back.
+		// Reports: allowed already, so recorded whatever the quota says now, each
+		// moving its amounts from the slice into used; a pod charged meanwhile (another
+		// bridge, a report that landed though its answer was lost) gives its room back.
 		returned = corev1.ResourceList{}
 		for k, r := range reports {
 			if confirmed[k] || pendingIndex(t.Status.Pending, r) >= 0 {
@@ -256,7 +267,8 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 			charge(&t, r, now)
 			changed++
 		}
-		room = add(room, returned)
+		// A duplicate's room was never taken from the slice as stored (room = free +
+		// unreported): it stays there, and comes back to free below.
 		if frozen {
 			// Under the spec as it is now, and (I) whatever happened meanwhile.
 			room = clampRoom(&t, opts.Holder, restrict(room, t.Spec.Hard))
@@ -297,14 +309,17 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 				}
 			}
 		}
-		// The slice from now on.
+		// The slice from now on. Near the quota's end (what no slice holds is under four
+		// slices of Min) slices go back, so none is stranded in a replica that does not
+		// need it: the last creates are charged exactly, one write per batch.
+		nearEnd = len(unit) > 0 && podsWorth(unsliced(&t), restrict(unit, t.Spec.Hard)) < grantShare*opts.Min
 		switch {
 		case !frozen:
-			if !lost && size > podsWorth(room, unit) && podsWorth(room, unit) < size/2+1 {
+			if !lost && !nearEnd && size > podsWorth(room, unit) && podsWorth(room, unit) < size/2+1 {
 				grant = grantFor(&t, opts, l.opts.MaxPending, unit, size-podsWorth(room, unit))
 			}
-		case len(t.Spec.Nodes) > 0 || len(t.Spec.Hard) == 0 || idle || waitOthers:
-			room = nil // per-node caps are charged exactly; idle or wanted: returned
+		case len(t.Spec.Nodes) > 0 || len(t.Spec.Hard) == 0 || idle || waitOthers || nearEnd:
+			room = nil // per-node caps are charged exactly; idle, wanted or near the end: returned
 		default:
 			if want := size - podsWorth(room, unit); want > 0 {
 				grant = grantFor(&t, opts, l.opts.MaxPending, unit, want)
@@ -359,7 +374,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	case frozen:
 		st.free = room.DeepCopy()
 		st.generation = generation
-	case lost || refreeze:
+	case lost || refreeze || nearEnd && !isZero(room):
 		// The slice was reclaimed, the spec changed, or a create needs the slice's room
 		// back: the next write is frozen and decides the room again.
 		st.refreeze = true
@@ -373,6 +388,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		st.generation = generation
 	}
 	if wrote {
+		st.lastWrite = start
 		if isZero(room) {
 			st.expires = time.Time{}
 		} else {
@@ -490,6 +506,11 @@ func clampRoom(t *v1alpha1.OffloadTenant, holder string, room corev1.ResourceLis
 	return out
 }
 
+// unsliced is hard − used − Σ slices (t's slices as they are being written).
+func unsliced(t *v1alpha1.OffloadTenant) corev1.ResourceList {
+	return Sub(t.Spec.Hard, add(t.Status.Used, slicesSum(t, "")))
+}
+
 // grantFor is the room to add to a slice: want pods of unit, at most 1/grantShare of
 // what no slice holds (hard − used − Σ slices, t's slices as they are being written)
 // and of the pending entries left; nil when that is less than one pod, or when what no
@@ -498,7 +519,7 @@ func clampRoom(t *v1alpha1.OffloadTenant, holder string, room corev1.ResourceLis
 // room is stranded in a replica that does not need it.
 func grantFor(t *v1alpha1.OffloadTenant, opts SliceOptions, maxPending int, unit corev1.ResourceList, want int) corev1.ResourceList {
 	u := restrict(unit, t.Spec.Hard)
-	free := podsWorth(Sub(t.Spec.Hard, add(t.Status.Used, slicesSum(t, ""))), u)
+	free := podsWorth(unsliced(t), u)
 	if free < grantShare*opts.Min {
 		return nil
 	}

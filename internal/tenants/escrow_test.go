@@ -178,14 +178,22 @@ func TestSlicesRecorded(t *testing.T) {
 	if c.writes.Load() != writes {
 		t.Fatalf("%d writes for charges within the slice, want none", c.writes.Load()-writes)
 	}
+	// Pod 2 charged meanwhile through another front door (a ledger without slices):
+	// when reported it is a duplicate, and its room stays in the slice.
+	if err := NewLedger(c, nil, LedgerOptions{Registerer: prometheus.NewRegistry()}).Charge(ctx, podOf(2, 7)); err != nil {
+		t.Fatal(err)
+	}
 	// Another spec: the slice charges nothing under it; the write that charges the pod
 	// reports the others.
 	if err := l.Charge(ctx, podOf(4, 8)); err != nil {
 		t.Fatal(err)
 	}
 	s = status(t, c, "team-a")
-	if len(s.Pending) != 5 || s.Slices[0].Amounts.Pods().String() != "5" {
-		t.Fatalf("%d pending, slice %v: want the 3 reported with the 5th (charged exactly), and the slice less the 3", len(s.Pending), s.Slices[0].Amounts)
+	if len(s.Pending) != 5 || s.Slices[0].Amounts.Pods().String() != "6" {
+		t.Fatalf("%d pending, slice %v: want pods 1 and 3 reported, 2 once, the 5th charged exactly, and the slice less pods 1 and 3", len(s.Pending), s.Slices[0].Amounts)
+	}
+	if v := c.violations.Load(); v > 0 {
+		t.Errorf("%d status writes over hard; first: %v", v, c.first.Load())
 	}
 	wantUsed(t, s, "pods", "5")
 }
