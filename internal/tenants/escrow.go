@@ -22,9 +22,10 @@ package tenants
 // and charges only what free covers, so what it admitted and has not reported is
 // inside its slice: the creates allowed are never more than used + Σ slices ≤ hard.
 // (II) holds across writes because a write that runs while creates are charged from
-// free only grows the slice (the refill), and a write that shrinks it (a return, or a
-// write answering creates that did not fit) first takes free to zero, so nothing is
-// charged from the room it gives back. A holder stops charging from its slice
+// free only grows the slice (a report, a refill, creates charged beside it), and a
+// write that may shrink it (a return: idle, near the quota's end, wanted by a create
+// only the slice's room could fit; a spec changed) first takes free to zero, so
+// nothing is charged from the room it gives back. A holder stops charging from its slice
 // lockMargin before the expiry it wrote (measured from before the write was sent), so
 // its slice is still in S while it charges from it. Once a slice has expired (its
 // holder died or lost the API), the elected reconciler does not just drop it: in the
@@ -585,8 +586,8 @@ func isZero(a corev1.ResourceList) bool {
 	return true
 }
 
-// podsWorth is how many pods of unit fit in room (a large number when unit holds none
-// of room's resources).
+// podsWorth is how many pods of unit fit in room (0 when unit holds none of room's
+// resources: no slice is sized from such a pod).
 func podsWorth(room, unit corev1.ResourceList) int {
 	n := -1
 	for name, q := range unit {
