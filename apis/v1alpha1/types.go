@@ -92,6 +92,17 @@ type OffloadTenantStatus struct {
 	// +optional
 	PendingCount int32 `json:"pendingCount"`
 
+	// Slices are the rooms of the quota that bridges hold to charge creates in memory
+	// (the escrow method): each holder charges against its own slice without a write
+	// and reports its charges into Pending in batches. Used plus the charges pending
+	// plus every slice never exceeds Hard. A slice whose holder stops renewing it
+	// returns once Expires has passed, after the reconciler has counted the pods its
+	// holder may have admitted.
+	// +optional
+	// +listType=map
+	// +listMapKey=holder
+	Slices []Slice `json:"slices,omitempty"`
+
 	// ObservedGeneration is the spec generation the reconciler last recalculated for.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -142,6 +153,16 @@ type Adoption struct {
 	// +optional
 	// +listType=atomic
 	Names []string `json:"names,omitempty"`
+}
+
+// Slice is room of the quota that one bridge holds (a lease of quota).
+type Slice struct {
+	// Holder is the bridge replica's identity.
+	Holder string `json:"holder"`
+	// Amounts is the room the holder may still charge, per resource of spec.hard.
+	Amounts corev1.ResourceList `json:"amounts"`
+	// Expires is when the slice returns unless its holder renews it.
+	Expires metav1.Time `json:"expires"`
 }
 
 // OffloadTenantList is a list of OffloadTenants.

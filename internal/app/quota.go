@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/go-kit/log"
 	"github.com/go-kit/log/level"
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	flag "github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
@@ -125,6 +128,23 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 		return quotaParts{}, err
 	}
 	pods := kube.NewPodReader(kubeClient, kube.DefaultRetryBackoff)
+	// One identity for the reconciler's Lease and this replica's quota slices.
+	host, err := os.Hostname()
+	if err != nil {
+		return quotaParts{}, fmt.Errorf("--quota.enabled: an identity for the ledger: %w", err)
+	}
+	identity := host + "_" + uuid.NewString()
+	// The decisions' ledger writes (a few per hundred creates with slices) get a token
+	// bucket of their own, of --kube.qps's size: behind the reconciler's pod patches (one
+	// a confirmed pod) they would wait seconds in a burst, and the creates with them.
+	decisionsConfig := rest.CopyConfig(restConfig)
+	if restConfig.QPS > 0 {
+		decisionsConfig.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(restConfig.QPS, restConfig.Burst)
+	}
+	lc, err := ledgerClient(decisionsConfig)
+	if err != nil {
+		return quotaParts{}, err
+	}
 	shared := view.Informers().Core().V1()
 	tenantOf := func(namespace string) string {
 		if t, ok, _ := dir.Tenant(namespace); ok {
@@ -140,8 +160,9 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 		list:   virtualpods.Options{Client: kubeClient, Nodes: shared.Nodes().Informer(), IsVirtual: targets.IsVirtual},
 		synced: []cache.InformerSynced{dir.HasSynced, shared.Namespaces().Informer().HasSynced},
 	}
-	ledger := tenants.NewLedger(c, pods, tenants.LedgerOptions{MaxPending: o.maxPending, Registerer: reg,
-		Running: running, TenantOf: tenantOf}) // the reconciler's mapping: both count the same pods
+	ledger := tenants.NewLedger(lc, pods, tenants.LedgerOptions{MaxPending: o.maxPending, Registerer: reg,
+		Running: running, TenantOf: tenantOf, // the reconciler's mapping: both count the same pods
+		Slices: tenants.SliceOptions{Holder: identity}})
 	r, err := tenants.NewReconciler(tenants.ReconcilerOptions{
 		Client: c,
 		Pods: func() (tenants.PodSource, error) {
@@ -149,7 +170,7 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 				IsVirtual: targets.IsVirtual, Resync: resync, Transform: tenants.PodTransform})
 		},
 		Directory: dir, TenantOf: tenantOf, Namespaces: shared.Namespaces().Informer(),
-		LeaseClient: kubeClient, LeaseNamespace: o.leaseNamespace,
+		LeaseClient: kubeClient, LeaseNamespace: o.leaseNamespace, Identity: identity,
 		PendingTimeout: o.pendingTimeout, Interval: o.interval, Logger: logger, Registerer: reg,
 	})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/sar-bridge/sar-bridge/internal/astjson"
 	"github.com/sar-bridge/sar-bridge/internal/sizedlru"
 	"github.com/sar-bridge/sar-bridge/internal/strictjson"
+	"github.com/sar-bridge/sar-bridge/internal/tenants"
 	"github.com/sar-bridge/sar-bridge/policies"
 )
 
@@ -228,6 +229,7 @@ var (
 	pathName               = []*ast.Term{key("metadata"), key("name")}
 	pathNamespace          = []*ast.Term{key("metadata"), key("namespace")}
 	pathUID                = []*ast.Term{key("metadata"), key("uid")}
+	pathChargedLabel       = []*ast.Term{key("metadata"), key("labels"), key(tenants.ChargedLabel)}
 	pathServiceAccountName = []*ast.Term{key("spec"), key("serviceAccountName")}
 	pathServiceAccount     = []*ast.Term{key("spec"), key("serviceAccount")}
 	pathNodeName           = []*ast.Term{key("spec"), key("nodeName")}
@@ -240,6 +242,7 @@ type podIdentity struct {
 	UID             types.UID
 	ServiceAccount  string // spec.serviceAccountName, else the deprecated spec.serviceAccount
 	NodeName        string // spec.nodeName
+	Charged         string // the label tenants.ChargedLabel, as the input claims it
 }
 
 func podIdentityOf(pod ast.Value) podIdentity {
@@ -248,7 +251,7 @@ func podIdentityOf(pod ast.Value) podIdentity {
 		return string(s)
 	}
 	id := podIdentity{Namespace: str(pathNamespace), Name: str(pathName), UID: types.UID(str(pathUID)),
-		ServiceAccount: str(pathServiceAccountName), NodeName: str(pathNodeName)}
+		ServiceAccount: str(pathServiceAccountName), NodeName: str(pathNodeName), Charged: str(pathChargedLabel)}
 	if id.ServiceAccount == "" {
 		id.ServiceAccount = str(pathServiceAccount)
 	}

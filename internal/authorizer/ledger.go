@@ -61,6 +61,8 @@ func (a *Authorizer) quotaInput(ctx context.Context, req podRequest, t tenantRev
 	charge := tenants.Request{
 		Tenant: t.tenant, UID: req.Pod.UID, Namespace: req.Pod.Namespace, Name: req.Pod.Name, Node: req.NodeName,
 		Amounts: amounts, Exists: mode == ChargeStored || mode == ChargeByUID && req.Pod.UID != "",
+		Generation: obj.Generation, // a bridge's slice charges only under the spec it was granted for
+		Marked:     req.Pod.Charged == t.tenant,
 	}
 	// The pod decided is never part of its own usage: a pod charged already (by another
 	// front door, or the reconciler confirmed) is checked as if it were not.

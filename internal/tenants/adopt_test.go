@@ -260,3 +260,33 @@ func TestLedgerAdoptFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestLedgerAdoptsWithSlices: with quota slices on, the write that grants a bridge its
+// first slice counts the running pods no charge covers, as an exact charge does, and
+// the slice comes out of what is left after them.
+func TestLedgerAdoptsWithSlices(t *testing.T) {
+	c := fakeClient(t, interceptor.Funcs{}, adoptTenant("1000"))
+	running := &fakeRunning{pods: []*corev1.Pod{runningPod("team-a", "old-1", "2"), runningPod("team-a-2", "old-2", "1")}}
+	l := NewLedger(c, nil, LedgerOptions{Running: running, TenantOf: tenantOf, Registerer: prometheus.NewRegistry(),
+		Now: time.Now, Slices: SliceOptions{Holder: "bridge-a"}})
+	if err := l.Charge(context.Background(), onePod("first")); err != nil {
+		t.Fatal(err)
+	}
+	s := status(t, c, "team-a")
+	if a := s.Adopted; a == nil || a.Generation != 2 || a.Pods != 2 || strings.Join(a.Names, " ") != "team-a/old-1 team-a-2/old-2" {
+		t.Fatalf("adopted %+v, want generation 2 and the two running pods", a)
+	}
+	if len(s.Slices) != 1 || s.Slices[0].Holder != "bridge-a" {
+		t.Fatalf("slices %+v, want one held by bridge-a", s.Slices)
+	}
+	// used + pending + slices within hard, the adopted pods among what is used.
+	used, slice := s.Used[ResourcePods], s.Slices[0].Amounts[ResourcePods]
+	total := used.DeepCopy()
+	total.Add(slice)
+	if used.Value() < 2 || total.Value() > 1000 {
+		t.Errorf("used %s and a slice of %s pods: want the 2 adopted used, and at most 1000 in all", used.String(), slice.String())
+	}
+	if running.lists.Load() != 1 {
+		t.Errorf("%d lists of the running pods, want 1", running.lists.Load())
+	}
+}

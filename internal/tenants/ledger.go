@@ -45,6 +45,15 @@ type Request struct {
 	// Exists says the pod is already stored (the relay, a binding): it may carry the
 	// reconciler's confirmation of an earlier charge, so the ledger asks the API.
 	Exists bool
+	// Marked says the decided pod, as the caller sent it, carries the reconciler's
+	// confirmation for the tenant. With slices on, only such a claim is read back from
+	// the API (a stored pod sent without the mark it has since gained is charged again,
+	// and the reconciler drops the extra charge when it sees the mark): a pod read per
+	// create would cost the decision path an API round trip under the client's QPS.
+	Marked bool
+	// Generation is the spec generation of the OffloadTenant the decision read: a
+	// slice granted under another charges nothing (escrow.go).
+	Generation int64
 }
 
 // Refusal is a charge over the tenant's quota: the create is denied with its message.
@@ -77,6 +86,9 @@ type LedgerOptions struct {
 	TenantOf   func(namespace string) string
 	Now        func() time.Time
 	Registerer prometheus.Registerer
+	// Slices turns the escrow on (escrow.go): creates charged in memory against a
+	// slice of the quota this bridge holds.
+	Slices SliceOptions
 }
 
 // Defaults of LedgerOptions.
@@ -105,6 +117,7 @@ type Ledger struct {
 
 	mu     sync.Mutex
 	queues map[string]*queue // by tenant
+	slices map[string]*slice // by tenant: this bridge's slices (escrow.go)
 }
 
 // queue holds a tenant's charges waiting for the next write; writing is true while a
@@ -112,11 +125,13 @@ type Ledger struct {
 type queue struct {
 	waiting []*waiter
 	writing bool
+	flush   bool // a slice's write is wanted (report, refill, return) without a waiter
 }
 
 type waiter struct {
-	req  Request
-	done chan error // buffered: the writer never blocks on a caller that left
+	req   Request
+	done  chan error // buffered: the writer never blocks on a caller that left
+	since time.Time  // first queued: how long it may wait for others' slices
 }
 
 // NewLedger returns a Ledger writing through c.
@@ -133,7 +148,8 @@ func NewLedger(c client.Client, pods ChargedPods, opts LedgerOptions) *Ledger {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Ledger{client: c, pods: pods, opts: opts, metrics: newLedgerMetrics(opts.Registerer), queues: map[string]*queue{}}
+	opts.Slices.defaults()
+	return &Ledger{client: c, pods: pods, opts: opts, metrics: newLedgerMetrics(opts.Registerer), queues: map[string]*queue{}, slices: map[string]*slice{}}
 }
 
 // Charge charges req to its tenant and returns nil once it is written (or was written
@@ -142,8 +158,13 @@ func NewLedger(c client.Client, pods ChargedPods, opts LedgerOptions) *Ledger {
 // one tenant that arrive while a write is in flight go in one write after it, so a
 // burst costs a few writes, not one a pod.
 func (l *Ledger) Charge(ctx context.Context, req Request) error {
-	w := &waiter{req: req, done: make(chan error, 1)}
 	l.mu.Lock()
+	if l.opts.Slices.Holder != "" && l.client != nil && l.chargeFromSlice(req, l.opts.Now()) {
+		l.mu.Unlock()
+		l.metrics.charges.WithLabelValues("slice").Inc()
+		return nil
+	}
+	w := &waiter{req: req, done: make(chan error, 1), since: l.opts.Now()}
 	q := l.queues[req.Tenant]
 	if q == nil {
 		q = &queue{}
@@ -172,7 +193,9 @@ func (l *Ledger) drain(tenant string, q *queue) {
 		l.mu.Lock()
 		batch := q.waiting
 		q.waiting = nil
-		if len(batch) == 0 {
+		flush := q.flush
+		q.flush = false
+		if len(batch) == 0 && !flush {
 			q.writing = false
 			delete(l.queues, tenant)
 			l.mu.Unlock()
@@ -180,12 +203,40 @@ func (l *Ledger) drain(tenant string, q *queue) {
 		}
 		l.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), l.opts.WriteTimeout)
-		results := l.write(ctx, tenant, batch)
+		var results []error
+		if l.opts.Slices.Holder != "" {
+			results = l.writeSliced(ctx, tenant, batch)
+		} else {
+			results = l.write(ctx, tenant, batch)
+		}
 		cancel()
-		for i, w := range batch {
-			w.done <- results[i]
+		again := l.answer(tenant, q, batch, results)
+		if again {
+			time.Sleep(l.opts.Slices.Report / 5) // others' slices: used or returned meanwhile
 		}
 	}
+}
+
+// answer sends each waiter its result; a create waiting for others' slices is queued
+// again (again: true) until othersWait has passed, then refused.
+func (l *Ledger) answer(tenant string, q *queue, batch []*waiter, results []error) (again bool) {
+	now := l.opts.Now()
+	for i, w := range batch {
+		var wo *waitingOthers
+		if errors.As(results[i], &wo) {
+			if now.Sub(w.since) < othersWait {
+				l.mu.Lock()
+				q.waiting = append(q.waiting, w)
+				l.mu.Unlock()
+				again = true
+				continue
+			}
+			l.metrics.charges.WithLabelValues("refused").Inc()
+			results[i] = wo.refusal
+		}
+		w.done <- results[i]
+	}
+	return again
 }
 
 // write charges a batch with a resourceVersion-checked update of the tenant's status,
@@ -293,7 +344,7 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 // alreadyConfirmed reads a stored pod's confirmation label: a relay's create of a pod the
 // validating webhook charged comes after the reconciler may have confirmed it.
 func (l *Ledger) alreadyConfirmed(ctx context.Context, req Request) (bool, error) {
-	if !req.Exists || req.Name == "" || l.pods == nil {
+	if !l.readsPod(req) {
 		return false, nil
 	}
 	p, err := l.pods.Pod(ctx, req.Namespace, req.Name)
@@ -310,7 +361,7 @@ func (l *Ledger) Prior(ctx context.Context, t *v1alpha1.OffloadTenant, req Reque
 	if i := pendingIndex(t.Status.Pending, req); i >= 0 {
 		return t.Status.Pending[i].Amounts, nil
 	}
-	if !req.Exists || req.Name == "" || l.pods == nil {
+	if !l.readsPod(req) {
 		return nil, nil
 	}
 	p, err := l.pods.Pod(ctx, req.Namespace, req.Name)
@@ -325,6 +376,11 @@ func (l *Ledger) Prior(ctx context.Context, t *v1alpha1.OffloadTenant, req Reque
 		return req.Amounts, nil // confirmed, its record unreadable: it holds what it asks
 	}
 	return amounts, nil
+}
+
+// readsPod says whether the ledger asks the API whether req's stored pod is confirmed.
+func (l *Ledger) readsPod(req Request) bool {
+	return req.Exists && req.Name != "" && l.pods != nil && (req.Marked || l.opts.Slices.Holder == "")
 }
 
 // Sub returns a - b as a new list, never below zero.
@@ -367,8 +423,9 @@ func pendingIndex(pending []v1alpha1.Charge, req Request) int {
 
 // fits says why req does not fit the tenant's hard amounts, in total and on its node;
 // nil when it fits. Only resources the pod holds are checked, as a ResourceQuota does.
+// What bridges' slices hold counts as in use (escrow.go).
 func fits(t *v1alpha1.OffloadTenant, req Request) *Refusal {
-	if r := over(t.Name, t.Spec.Hard, t.Status.Used, req.Amounts, "on virtual nodes", "its quota"); r != nil {
+	if r := over(t.Name, t.Spec.Hard, add(t.Status.Used, slicesSum(t, "")), req.Amounts, "on virtual nodes", "its quota"); r != nil {
 		return r
 	}
 	if hard, ok := t.Spec.Nodes[req.Node]; ok && req.Node != "" {
@@ -451,7 +508,7 @@ func newLedgerMetrics(reg prometheus.Registerer) ledgerMetrics {
 		}, []string{"result"}),
 		charges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sar_bridge_ledger_charges_total",
-			Help: "Charges of allowed creates, by result: charged, already (charged before, by any bridge or front door), refused (over the quota), error.",
+			Help: "Charges of allowed creates, by result: charged, slice (charged in memory against this bridge's slice, reported later), already (charged before, by any bridge or front door), refused (over the quota), error.",
 		}, []string{"result"}),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sar_bridge_ledger_batch_size",

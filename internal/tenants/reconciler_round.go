@@ -92,8 +92,13 @@ func (tm *term) reconcile(ctx context.Context, tenant string) error {
 	tm.verifyVanished(ctx, tenant)
 	p := tm.plan(ctx, tenant, t.Status.Pending, tm.view.snapshot())
 	tm.confirm(ctx, tenant, p)
-	held := tm.view.snapshot().holdings(tenant, tm.r.opts.TenantOf) // with this round's confirmations
-	written, err := tm.write(ctx, &t, p.resolved, held)
+	snap := tm.view.snapshot()
+	held := snap.holdings(tenant, tm.r.opts.TenantOf) // with this round's confirmations
+	rc, err := tm.planReclaim(ctx, tenant, &t, snap)  // expired quota slices (escrow_reclaim.go)
+	if err != nil {
+		level.Warn(tm.r.logger).Log("msg", "expired quota slices kept for now", "tenant", tenant, "err", err)
+	}
+	written, err := tm.write(ctx, &t, p.resolved, held, rc)
 	switch {
 	case err != nil:
 		tm.r.metrics.reconciles.WithLabelValues(reconcileError).Inc()
@@ -267,7 +272,7 @@ func (tm *term) mark(ctx context.Context, rec *podRecord, tenant string, amounts
 // write sets the tenant's status to what the round found, with a resourceVersion-
 // checked update; a conflict (a decision charged meanwhile) re-reads the tenant and
 // recomputes from the charges then pending. written is false when nothing changed.
-func (tm *term) write(ctx context.Context, first *v1alpha1.OffloadTenant, resolved map[chargeKey]bool, held []holding) (written bool, err error) {
+func (tm *term) write(ctx context.Context, first *v1alpha1.OffloadTenant, resolved map[chargeKey]bool, held []holding, rc *reclaim) (written bool, err error) {
 	t := first
 	attempts := 0
 	err = retry.RetryOnConflict(tm.r.opts.Retry, func() error {
@@ -279,6 +284,7 @@ func (tm *term) write(ctx context.Context, first *v1alpha1.OffloadTenant, resolv
 			}
 		}
 		next := desiredStatus(t, resolved, held)
+		rc.apply(&next, &t.Spec, held, tm.r.opts.Now())
 		if equality.Semantic.DeepEqual(next, t.Status) {
 			return nil
 		}

@@ -1,0 +1,282 @@
+package tenants
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
+)
+
+// invariantClient is one store shared by every ledger of a test (its resourceVersion
+// checks make their writes conflict for real); every status write is checked against
+// (I): used + Σ slices ≤ hard, and counted.
+type invariantClient struct {
+	client.Client
+	writes     atomic.Int64
+	violations atomic.Int64
+	first      atomic.Value // string: the first violation
+}
+
+func newInvariantClient(t *testing.T, objs ...client.Object) *invariantClient {
+	ic := &invariantClient{}
+	ic.Client = fakeClient(t, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+		if ot, ok := obj.(*v1alpha1.OffloadTenant); ok {
+			total := add(ot.Status.Used, slicesSum(ot, ""))
+			for name, hard := range ot.Spec.Hard {
+				if q := total[name]; q.Cmp(hard) > 0 {
+					ic.violations.Add(1)
+					ic.first.CompareAndSwap(nil, fmt.Sprintf("%s: used %v + slices %v > hard %v", name, ot.Status.Used, ot.Status.Slices, ot.Spec.Hard))
+				}
+			}
+		}
+		err := c.SubResource(sub).Update(ctx, obj, opts...)
+		if err == nil {
+			ic.writes.Add(1)
+		}
+		return err
+	}}, objs...)
+	return ic
+}
+
+// slicedLedger is a ledger with slices, as replica name: quick reports, a short idle.
+func slicedLedger(c client.Client, name string, now func() time.Time) *Ledger {
+	return NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(), Now: now,
+		Slices: SliceOptions{Holder: name, Report: 20 * time.Millisecond, Idle: 60 * time.Millisecond, Min: 4, Max: 32}})
+}
+
+func podOf(i int, gen int64) Request {
+	r := onePod(fmt.Sprint(i))
+	r.Generation = gen
+	return r
+}
+
+// TestSlicesExact: three ledgers (replicas) sharing one store charge a burst of
+// distinct pods at once, through slices: every status write keeps used + Σ slices ≤
+// hard; exactly min(hard, pods) are allowed, the rest refused (hard = pods: all of
+// them, no over-deny); once the replicas are idle their slices are back and the
+// ledger holds exactly the allowed pods, each pending once.
+func TestSlicesExact(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		hard, pods int
+	}{
+		{"small quota", 5, 36},
+		{"hard = pods", 90, 90},
+		{"hard = half", 60, 120},
+		{"large quota", 1000, 150},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := tenant("team-a", list("pods", fmt.Sprint(tc.hard), "cpu", fmt.Sprint(2*tc.hard)), nil)
+			obj.Generation = 1
+			c := newInvariantClient(t, obj)
+			ledgers := []*Ledger{slicedLedger(c, "replica-0", nil), slicedLedger(c, "replica-1", nil), slicedLedger(c, "replica-2", nil)}
+			var allowed, refused atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, tc.pods)
+			for i := range tc.pods {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					var refusal *Refusal
+					switch err := ledgers[i%3].Charge(ctx, podOf(i, 1)); {
+					case err == nil:
+						allowed.Add(1)
+					case errors.As(err, &refusal):
+						refused.Add(1)
+					default:
+						errs <- err
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Errorf("charge: %v (want an allow or a refusal)", err)
+			}
+			want := min(tc.hard, tc.pods)
+			if allowed.Load() != int64(want) || refused.Load() != int64(tc.pods-want) {
+				t.Errorf("%d allowed, %d refused; want %d and %d", allowed.Load(), refused.Load(), want, tc.pods-want)
+			}
+			// Idle: reported and returned.
+			var s v1alpha1.OffloadTenantStatus
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				s = status(t, c, "team-a")
+				if len(s.Slices) == 0 && len(s.Pending) == want || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if len(s.Slices) != 0 || len(s.Pending) != want || s.PendingCount != int32(want) {
+				t.Fatalf("idle status: %d slices %+v, %d pending (count %d); want none and %d", len(s.Slices), s.Slices, len(s.Pending), s.PendingCount, want)
+			}
+			wantUsed(t, s, "pods", fmt.Sprint(want), "cpu", fmt.Sprint(want))
+			seen := map[types.UID]bool{}
+			for _, p := range s.Pending {
+				if seen[p.UID] {
+					t.Errorf("pod %s pending twice", p.UID)
+				}
+				seen[p.UID] = true
+			}
+			if v := c.violations.Load(); v > 0 {
+				t.Errorf("%d status writes over hard; first: %v", v, c.first.Load())
+			}
+			if tc.hard >= 100 && c.writes.Load() > int64(tc.pods)/3 {
+				// The point of slices: far fewer writes than pods.
+				t.Errorf("%d status writes for %d pods", c.writes.Load(), tc.pods)
+			}
+		})
+	}
+}
+
+// TestSlicesRecorded: a ledger's first charge takes a slice recorded in status with
+// its holder and an expiry a lease away; the next charges cost no write until the
+// report; a pod charged twice from the slice is charged once; a spec generation other
+// than the slice's goes through a write.
+func TestSlicesRecorded(t *testing.T) {
+	obj := tenant("team-a", list("pods", "100", "cpu", "200"), nil)
+	obj.Generation = 7
+	c := newInvariantClient(t, obj)
+	now := time.Now()
+	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(), Now: func() time.Time { return now },
+		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Min: 8, Max: 8}})
+	ctx := context.Background()
+	if err := l.Charge(ctx, podOf(0, 7)); err != nil {
+		t.Fatal(err)
+	}
+	s := status(t, c, "team-a")
+	if len(s.Slices) != 1 || s.Slices[0].Holder != "replica-0" || !s.Slices[0].Expires.Time.Equal(now.Add(DefaultSliceLease).Truncate(time.Second)) {
+		t.Fatalf("slices %+v, want one of replica-0 expiring in %v", s.Slices, DefaultSliceLease)
+	}
+	// The first pod charged exactly, then a slice of 8 pods (of its size).
+	if got := s.Slices[0].Amounts[corev1.ResourcePods]; got.String() != "8" || len(s.Pending) != 1 {
+		t.Fatalf("slice %v, %d pending; want 8 pods and 1", s.Slices[0].Amounts, len(s.Pending))
+	}
+	writes := c.writes.Load()
+	for i := 1; i <= 3; i++ {
+		if err := l.Charge(ctx, podOf(i, 7)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Charge(ctx, podOf(3, 7)); err != nil { // again: once
+		t.Fatal(err)
+	}
+	if c.writes.Load() != writes {
+		t.Fatalf("%d writes for charges within the slice, want none", c.writes.Load()-writes)
+	}
+	// Pod 2 charged meanwhile through another front door (a ledger without slices):
+	// when reported it is a duplicate, and its room stays in the slice.
+	if err := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry()}).Charge(ctx, podOf(2, 7)); err != nil {
+		t.Fatal(err)
+	}
+	// Another spec: the slice charges nothing under it; the write that charges the pod
+	// reports the others.
+	if err := l.Charge(ctx, podOf(4, 8)); err != nil {
+		t.Fatal(err)
+	}
+	s = status(t, c, "team-a")
+	if len(s.Pending) != 5 || s.Slices[0].Amounts.Pods().String() != "6" {
+		t.Fatalf("%d pending, slice %v: want pods 1 and 3 reported, 2 once, the 5th charged exactly, and the slice less pods 1 and 3", len(s.Pending), s.Slices[0].Amounts)
+	}
+	if v := c.violations.Load(); v > 0 {
+		t.Errorf("%d status writes over hard; first: %v", v, c.first.Load())
+	}
+	wantUsed(t, s, "pods", "5")
+}
+
+// TestSlicesDeadHolder: a ledger charges pods from its slice and dies before reporting
+// them (its writes fail from then on). Its slice holds the room until it expires; then
+// the reconciler takes it back, counting as pending the pods its creates made (stored,
+// unmarked, on a virtual node or waiting for one) and no other pod; the room that is
+// left is free again.
+func TestSlicesDeadHolder(t *testing.T) {
+	obj := tenant("team-a", list("pods", "40", "cpu", "80"), nil)
+	obj.Generation = 1
+	var dead atomic.Bool
+	unbound := runningPod("team-a", "2", "1")
+	unbound.Spec.NodeName = ""
+	unbound.Spec.Tolerations = []corev1.Toleration{{Key: "virtual-node.interlink/no-schedule", Operator: corev1.TolerationOpExists}}
+	other := runningPod("team-a", "regular", "1") // on a node that is not virtual
+	other.Spec.NodeName = "node-1"
+	pods := []*corev1.Pod{runningPod("team-a", "0", "1"), runningPod("team-a", "1", "1"), unbound, other}
+	objs := []client.Object{obj}
+	for _, p := range pods {
+		p.CreationTimestamp.Time = testNow.Add(-time.Minute)
+		objs = append(objs, p)
+	}
+	inner := recScheme(t).WithObjects(objs...).Build()
+	var c client.Client = interceptor.NewClient(inner, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+		if dead.Load() {
+			return apierrors.NewServiceUnavailable("the holder is dead")
+		}
+		return c.SubResource(sub).Update(ctx, obj, opts...)
+	}})
+	then := testNow.Add(-time.Minute)
+	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(), Now: func() time.Time { return then }, // its own client: dies alone
+		Slices: SliceOptions{Holder: "dead", Report: time.Hour, Min: 4, Max: 4}})
+	ctx := context.Background()
+	if err := l.Charge(ctx, podOf(0, 1)); err != nil { // exact, and a slice of 4
+		t.Fatal(err)
+	}
+	dead.Store(true)
+	for i := 1; i <= 2; i++ {
+		if err := l.Charge(ctx, podOf(i, 1)); err != nil {
+			t.Fatalf("pod %d from the slice: %v", i, err)
+		}
+	}
+	s := status(t, c, "team-a")
+	if len(s.Slices) != 1 || s.Slices[0].Amounts.Pods().String() != "4" || len(s.Pending) != 1 {
+		t.Fatalf("status %+v: want pod 0 pending and a slice of 4 holding pods 1 and 2", s)
+	}
+
+	c = inner // the reconciler's and the live replica's client
+	tm := newTestTerm(t, c, fakeDir{"team-a": obj})
+	for _, p := range pods[:2] {
+		tm.view.OnAdd("vk-1", p)
+	}
+	// Not expired yet: the slice holds.
+	tm.r.opts.Now = func() time.Time { return then.Add(DefaultSliceLease) }
+	reconcileOK(t, tm, "team-a")
+	if s := status(t, c, "team-a"); len(s.Slices) != 1 {
+		t.Fatalf("slices %+v taken back before their expiry", s.Slices)
+	}
+	tm.r.opts.Now = func() time.Time { return testNow }
+	reconcileOK(t, tm, "team-a")
+	s = status(t, c, "team-a")
+	if len(s.Slices) != 0 {
+		t.Fatalf("slices %+v, want the expired one taken back", s.Slices)
+	}
+	names := map[string]bool{}
+	for _, p := range s.Pending {
+		names[p.Name] = true
+	}
+	if !names["1"] || !names["2"] || names["regular"] {
+		t.Errorf("pending %v: want pods 1 and 2 counted (0 confirmed), not the pod of a regular node", names)
+	}
+	wantUsed(t, s, "pods", "3")
+	// The rest of the quota is free again: a live ledger gets 37 more, not 38.
+	live := slicedLedger(c, "live", func() time.Time { return testNow })
+	allowed := 0
+	for i := 10; i < 50; i++ {
+		if err := live.Charge(ctx, podOf(i, 1)); err == nil {
+			allowed++
+		}
+	}
+	if allowed != 37 {
+		t.Errorf("%d allowed after the take-back, want 37", allowed)
+	}
+}
