@@ -25,19 +25,38 @@ import (
 
 // TestLedgerChaos (issue 41): three replicas decide a stream of creates of one tenant
 // while one replica is SIGKILLed and started again and the kube-apiserver is restarted
-// once. The caller stores each pod it is allowed (as the API server would after
-// admission). At every moment the ledger's used pods and the allows answered stay within
-// hard; once the charges of answers that were lost are released, the ledger equals the
-// stored pods, each marked charged; and the room left is exactly hard minus them.
+// once, with a quota charged exactly and one large enough for quota slices. The caller
+// stores each pod it is allowed (as the API server would after admission) and sends a
+// create again when it got no answer or a 503. At every moment the ledger's used pods
+// plus the slices' room, and the allows answered, stay within hard; once the killed
+// replica's slice is taken back and the others returned, the ledger equals the stored
+// pods, each marked charged, with nothing pending; and the room left is exactly hard
+// minus them.
 func TestLedgerChaos(t *testing.T) {
-	const (
-		tenant  = "lgr-chaos"
-		hard    = 40
-		creates = 120
-		workers = 6
-		killAt  = 6  // answers before the SIGKILL of replica c
-		downAt  = 16 // answers before the kube-apiserver stops
-	)
+	for _, c := range []chaosCase{
+		// Under 64 pods of room no slice is granted: every create is charged exactly, and
+		// since every create is answered in the end, exactly hard are allowed.
+		{name: "exact", tenant: "lgr-chaos", hard: 40, creates: 120, killAt: 6, downAt: 16, exact: true},
+		// Slices: the killed replica's slice is taken back after its lease expires (its
+		// room meanwhile unusable: creates may be refused that it would fit).
+		{name: "slices", tenant: "lgr-chaos-slices", hard: 300, creates: 450, killAt: 40, downAt: 120},
+	} {
+		t.Run(c.name, func(t *testing.T) { ledgerChaos(t, c) })
+	}
+}
+
+// chaosCase is one run of TestLedgerChaos: the tenant's hard pods, the creates sent,
+// after how many answers replica c is SIGKILLed and the kube-apiserver stopped, and
+// whether exactly hard must be allowed (no slice can strand room).
+type chaosCase struct {
+	name, tenant                  string
+	hard, creates, killAt, downAt int
+	exact                         bool
+}
+
+func ledgerChaos(t *testing.T, c chaosCase) {
+	const workers = 6
+	tenant, hard, creates, killAt, downAt := c.tenant, c.hard, c.creates, int64(c.killAt), int64(c.downAt)
 	lgTenant(t, tenant, nil, map[string]string{"pods": fmt.Sprint(hard)})
 	// The pending timeout (how long a charge may wait for its pod before the reconciler
 	// releases it) must outlast the API server's restart, during which the caller
@@ -55,7 +74,8 @@ func TestLedgerChaos(t *testing.T) {
 	}
 
 	// The watcher reads the tenant every 10ms (a watch can stay silent a long while
-	// across the API server's restart): status.used pods never over hard.
+	// across the API server's restart): status.used pods and the slices' room never
+	// over hard.
 	ctx, stopWatch := context.WithCancel(context.Background())
 	// A client of its own, not rate limited (the suite's is busy storing pods), whose
 	// requests time out: one sent as the API server restarts can hang.
@@ -65,7 +85,7 @@ func TestLedgerChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var maxUsed, versions atomic.Int64
+	var maxUsed, versions, sliced atomic.Int64 // sliced: versions with a slice
 	var traceMu sync.Mutex
 	var trace []string // every version seen, printed when the test fails
 	t.Cleanup(func() {
@@ -99,12 +119,20 @@ func TestLedgerChaos(t *testing.T) {
 				continue
 			}
 			q := o.Status.Used[corev1.ResourcePods]
-			if n := q.Value(); n > maxUsed.Load() {
-				maxUsed.Store(n)
+			held := q.Value() // used (pending included) and every slice's room
+			for _, sl := range o.Status.Slices {
+				room := sl.Amounts[corev1.ResourcePods]
+				held += room.Value()
+			}
+			if held > maxUsed.Load() {
+				maxUsed.Store(held)
 			}
 			versions.Add(1)
+			if len(o.Status.Slices) > 0 {
+				sliced.Add(1)
+			}
 			traceMu.Lock()
-			trace = append(trace, fmt.Sprintf("%s rv %s: used pods %d, %d pending", time.Now().Format("15:04:05.000"), rv, q.Value(), len(o.Status.Pending)))
+			trace = append(trace, fmt.Sprintf("%s rv %s: used pods %d, %d pending, %d slices, %d held", time.Now().Format("15:04:05.000"), rv, q.Value(), len(o.Status.Pending), len(o.Status.Slices), held))
 			traceMu.Unlock()
 		}
 	}()
@@ -140,8 +168,7 @@ func TestLedgerChaos(t *testing.T) {
 		case killAt:
 			go func() {
 				defer chaos.Done()
-				c := replicas[2].Load()
-				if err := c.SendSignal(syscall.SIGKILL); err != nil {
+				if err := replicas[2].Load().SendSignal(syscall.SIGKILL); err != nil {
 					t.Errorf("SIGKILL: %v", err)
 				}
 				t.Logf("replica c SIGKILLed after %d answers", n)
@@ -149,7 +176,7 @@ func TestLedgerChaos(t *testing.T) {
 				// while the API server it needs is down).
 				time.Sleep(time.Second)
 				for attempt := 1; ; attempt++ {
-					b, err := startBridge("TestLedgerChaos-c-again", baseArgs(args...)...)
+					b, err := startBridge("TestLedgerChaos-"+c.name+"-c-again", baseArgs(args...)...)
 					stopAtCleanup(t, b)
 					if err == nil {
 						replicas[2].Store(b)
@@ -189,7 +216,7 @@ func TestLedgerChaos(t *testing.T) {
 			defer senders.Done()
 			for {
 				i := next.Add(1) - 1
-				if i >= creates {
+				if i >= int64(creates) {
 					return
 				}
 				name := fmt.Sprintf("chaos-%03d", i)
@@ -248,7 +275,7 @@ func TestLedgerChaos(t *testing.T) {
 	// Every create was answered in the end, so exactly the quota's worth was allowed: a
 	// create sent again after its charge was written is that charge, not another.
 	full := overQuota(tenant, hard+1, "pods", hard, hard, 1)
-	if len(allowed) != hard || refused[full] != creates-hard || len(refused) != 1 || len(failures) != 0 {
+	if c.exact && (len(allowed) != hard || refused[full] != creates-hard || len(refused) != 1) || len(failures) != 0 {
 		t.Errorf("allowed %d, refused %v, failed %v; want %d allowed and %d refused with %q", len(allowed), refused, failures, hard, creates-hard, full)
 	}
 	if lost == 0 || unavailable == 0 {
@@ -257,19 +284,23 @@ func TestLedgerChaos(t *testing.T) {
 
 	// Once the charges whose answers were lost are released, the ledger is the pods.
 	var got ledgerState
+	var slices int
 	want := ledgerState{used: fmt.Sprintf("pods=%d", len(allowed)), pending: 0}
 	took, ok := poll(90*time.Second, 250*time.Millisecond, func() bool {
-		got = ledgerOf(t, tenant, corev1.ResourcePods)
-		return got == want
+		got, slices = ledgerOf(t, tenant, corev1.ResourcePods), len(tenantObject(t, tenant).Status.Slices)
+		return got == want && slices == 0 // the killed replica's slice taken back, the others' returned
 	})
 	stopWatch()
 	<-watched
-	t.Logf("ledger %v after %v; %d versions of the status watched, the most pods used %d", got, took.Round(time.Millisecond), versions.Load(), maxUsed.Load())
-	if !ok {
-		t.Fatalf("the ledger settled at %v, want %v (the %d pods stored)", got, want, len(allowed))
+	t.Logf("ledger %v after %v; %d versions of the status watched, the most pods used or sliced %d; %d versions with a slice", got, took.Round(time.Millisecond), versions.Load(), maxUsed.Load(), sliced.Load())
+	if sliced.Load() == 0 != c.exact {
+		t.Errorf("%d versions of the status held a slice; want some only with slices (exact: %v)", sliced.Load(), c.exact)
 	}
-	if maxUsed.Load() > hard {
-		t.Errorf("status.used reached %d pods, over hard %d", maxUsed.Load(), hard)
+	if !ok {
+		t.Fatalf("the ledger settled at %v with %d slices, want %v and none (the %d pods stored)", got, slices, want, len(allowed))
+	}
+	if maxUsed.Load() > int64(hard) {
+		t.Errorf("status.used and the slices reached %d pods, over hard %d", maxUsed.Load(), hard)
 	}
 	if versions.Load() < 5 || maxUsed.Load() < int64(len(allowed)) {
 		t.Errorf("%d versions of the status watched, the most %d pods used, while %d are: the watch did not see the run", versions.Load(), maxUsed.Load(), len(allowed))
