@@ -38,6 +38,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
@@ -876,6 +878,75 @@ subjects:
 			t.Errorf("the dry run's pod exists: %v", err)
 		}
 	})
+	t.Run("a burst of 40 creates through the webhooks: exactly the room left, each answered inside timeoutSeconds", func(t *testing.T) {
+		webhookBurst(t, dana, tenant, aimed)
+	})
+}
+
+// webhookBurst sends 40 creates at once through the API server (and so through the
+// webhooks, which charge them) as user u, into a tenant of hard.pods 5 holding 1: exactly
+// 4 are stored and 36 refused with the ledger's message. It prints the creates' latency
+// against the webhooks' timeoutSeconds (issue 41), and fails if any took as long: the
+// API server would have refused it for the webhook's timeout, not the quota.
+func webhookBurst(t *testing.T, u *admUser, tenant string, aimed func(string) *corev1.Pod) {
+	const creates, room = 40, 4
+	cfg, err := clientcmd.BuildConfigFromFlags("", u.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = -1, 0 // the burst is the API server's and the bridge's, not a client's queue
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := suite.cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), lgConfig, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var timeout time.Duration
+	for _, w := range v.Webhooks {
+		if w.TimeoutSeconds != nil {
+			timeout = max(timeout, time.Duration(*w.TimeoutSeconds)*time.Second)
+		}
+	}
+	latencies := make([]time.Duration, creates)
+	errs := make([]error, creates)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range creates {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			began := time.Now()
+			_, errs[i] = cs.CoreV1().Pods(tenant).Create(context.Background(), aimed(fmt.Sprintf("burst-%02d", i)), metav1.CreateOptions{})
+			latencies[i] = time.Since(began)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	full := overQuota(tenant, 6, "pods", 5, 5, 1)
+	created, refused := 0, 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			created++
+		case strings.Contains(err.Error(), full):
+			refused++
+		default:
+			t.Errorf("create burst-%02d: %v, want stored or refused with %q", i, err, full)
+		}
+	}
+	slices.Sort(latencies)
+	p := func(q float64) time.Duration { return latencies[int(q*float64(creates-1))].Round(time.Millisecond) }
+	t.Logf("%d creates through the webhooks at once: %d stored, %d refused; latency p50 %v, p99 %v, max %v; the webhooks' timeoutSeconds %v",
+		creates, created, refused, p(0.5), p(0.99), latencies[creates-1].Round(time.Millisecond), timeout)
+	if created != room || refused != creates-room {
+		t.Errorf("%d stored and %d refused, want %d and %d", created, refused, room, creates-room)
+	}
+	if timeout == 0 || latencies[creates-1] >= timeout {
+		t.Errorf("the slowest create took %v, the webhooks' timeout is %v", latencies[creates-1], timeout)
+	}
 }
 
 // withResources sets the first container's cpu request and limit ("" = unset).
