@@ -52,6 +52,14 @@ func needsAdoption(t *v1alpha1.OffloadTenant) bool {
 // generation. changed says t was modified. It fails, never guesses, when the pods
 // cannot be listed.
 func (l *Ledger) adopt(ctx context.Context, t *v1alpha1.OffloadTenant) (changed bool, err error) {
+	if changed, err = l.adoptPods(ctx, t); err != nil {
+		return false, fmt.Errorf("counting the pods of tenant %q already running on virtual nodes (its quota is new or its spec changed; nothing is charged until they are counted): %w", t.Name, err)
+	}
+	return changed, nil
+}
+
+// adoptPods is adopt without the error's context.
+func (l *Ledger) adoptPods(ctx context.Context, t *v1alpha1.OffloadTenant) (changed bool, err error) {
 	if !needsAdoption(t) {
 		return false, nil
 	}

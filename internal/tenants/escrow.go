@@ -47,7 +47,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -247,7 +246,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		// an exact write: a slice is granted from what is left of the quota after them.
 		adopted, err := l.adopt(ctx, &t)
 		if err != nil {
-			return fmt.Errorf("counting the pods of tenant %q already running on virtual nodes (its quota is new or its spec changed; nothing is charged until they are counted): %w", tenant, err)
+			return err
 		}
 		now := l.opts.Now()
 		i := sliceIndex(t.Status.Slices, opts.Holder)
@@ -341,15 +340,8 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		if !isZero(room) {
 			t.Status.Slices[sliceIndex(t.Status.Slices, opts.Holder)].Expires = metav1.NewTime(now.Add(opts.Lease))
 		}
-		err = l.client.Status().Update(ctx, &t)
-		if apierrors.IsConflict(err) {
-			l.metrics.writes.WithLabelValues("conflict").Inc()
-		}
-		if err == nil {
+		if adoptedPods, err = l.updateStatus(ctx, &t, adopted); err == nil {
 			written, wrote = changed, true
-			if adopted {
-				adoptedPods = int(t.Status.Adopted.Pods)
-			}
 		}
 		return err
 	})

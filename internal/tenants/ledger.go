@@ -270,7 +270,7 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 		}
 		adopted, err := l.adopt(ctx, &t)
 		if err != nil {
-			return fmt.Errorf("counting the pods of tenant %q already running on virtual nodes (its quota is new or its spec changed; nothing is charged until they are counted): %w", tenant, err)
+			return err
 		}
 		changed := 0
 		for i, w := range batch {
@@ -295,15 +295,8 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 		if changed == 0 && !adopted {
 			return nil
 		}
-		err = l.client.Status().Update(ctx, &t)
-		if apierrors.IsConflict(err) {
-			l.metrics.writes.WithLabelValues("conflict").Inc()
-		}
-		if err == nil {
+		if adoptedPods, err = l.updateStatus(ctx, &t, adopted); err == nil {
 			written, wrote = changed, true
-			if adopted {
-				adoptedPods = int(t.Status.Adopted.Pods)
-			}
 		}
 		return err
 	})
@@ -492,6 +485,19 @@ func sortedNames(l corev1.ResourceList) []corev1.ResourceName {
 	}
 	sort.Slice(names, func(i, j int) bool { return names[i] < names[j] })
 	return names
+}
+
+// updateStatus writes t's status, resourceVersion-checked, counting a conflict; when it
+// lands, adoptedPods is how many pods it adopted (adopted: the write carries a count).
+func (l *Ledger) updateStatus(ctx context.Context, t *v1alpha1.OffloadTenant, adopted bool) (adoptedPods int, err error) {
+	err = l.client.Status().Update(ctx, t)
+	if apierrors.IsConflict(err) {
+		l.metrics.writes.WithLabelValues("conflict").Inc()
+	}
+	if err == nil && adopted {
+		adoptedPods = int(t.Status.Adopted.Pods)
+	}
+	return adoptedPods, err
 }
 
 type ledgerMetrics struct {
