@@ -39,6 +39,7 @@ type quotaOptions struct {
 	leaseNamespace string
 	interval       time.Duration
 	maxPending     int
+	slices         bool
 	reservationTTL time.Duration // deprecated: no effect
 }
 
@@ -48,8 +49,18 @@ func (o *quotaOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.leaseNamespace, "quota.lease-namespace", "sar-bridge", "Namespace of the Lease sar-bridge-ledger through which every replica and sidecar elects the one reconciler (the bridge needs get, create and update on leases there).")
 	fs.DurationVar(&o.interval, "quota.reconcile-interval", tenants.DefaultInterval, "How often the reconciler recalculates every tenant's ledger, besides on pod events.")
 	fs.IntVar(&o.maxPending, "quota.max-pending", tenants.DefaultMaxPending, "Most unconfirmed charges a tenant's ledger may hold (a few hundred bytes each in an object etcd caps at 1.5 MiB); past it, creates of the tenant get 503 until the reconciler confirms some.")
+	fs.BoolVar(&o.slices, "quota.slices", true, "Charge creates in memory against a slice of a tenant's remaining quota that this replica holds (status.slices, renewed like a Lease, reported and refilled in batched writes: a few writes per hundred creates). Off: every create is charged with a status write of its own batch, as before slices; slower, and free of the slices' assumption that the replicas' clocks agree within about 4s.")
 	fs.DurationVar(&o.reservationTTL, "quota.reservation-ttl", 0, "No effect: usage is the OffloadTenant ledger now.")
 	_ = fs.MarkDeprecated("quota.reservation-ttl", "usage is the OffloadTenant ledger now (docs/tenants.md, \"Tenant offload quotas\"); the flag has no effect")
+}
+
+// sliceOptions turns quota slices on for this replica (its identity as their holder)
+// unless --quota.slices=false.
+func (o *quotaOptions) sliceOptions(identity string) tenants.SliceOptions {
+	if !o.slices {
+		return tenants.SliceOptions{}
+	}
+	return tenants.SliceOptions{Holder: identity}
 }
 
 func (o *quotaOptions) validate() error {
@@ -162,7 +173,7 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 	}
 	ledger := tenants.NewLedger(lc, pods, tenants.LedgerOptions{MaxPending: o.maxPending, Registerer: reg,
 		Running: running, TenantOf: tenantOf, // the reconciler's mapping: both count the same pods
-		Slices: tenants.SliceOptions{Holder: identity}})
+		Slices: o.sliceOptions(identity)})
 	r, err := tenants.NewReconciler(tenants.ReconcilerOptions{
 		Client: c,
 		Pods: func() (tenants.PodSource, error) {

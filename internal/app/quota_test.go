@@ -27,6 +27,23 @@ func TestQuotaFlags(t *testing.T) {
 	if err != nil || o.decision.quota.enabled || o.decision.quota.pendingTimeout != 5*time.Minute || o.decision.quota.leaseNamespace != "interlink" {
 		t.Fatalf("parsed %+v, %v", o.decision.quota, err)
 	}
+	// Quota slices: on by default, with the replica's identity as holder; off, every
+	// create is charged with a write (no holder).
+	for _, tc := range []struct {
+		args   []string
+		holder string
+	}{
+		{nil, "replica-1"},
+		{[]string{"--quota.slices=false"}, ""},
+	} {
+		o, err := parseFlags(tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := o.decision.quota.sliceOptions("replica-1").Holder; got != tc.holder {
+			t.Errorf("%v: slice holder %q, want %q", tc.args, got, tc.holder)
+		}
+	}
 	for _, tc := range []struct{ args []string }{
 		{[]string{"--quota.pending-timeout=0s"}},
 		{[]string{"--quota.reconcile-interval=-1s"}},
