@@ -10,6 +10,7 @@ FUZZ_TIMEOUT  ?= 10m
 IMAGE_TIMEOUT ?= 10m
 CHART_TIMEOUT ?= 20m
 E2E_TIMEOUT   ?= 20m
+LEDGER_TIMEOUT ?= 20m
 GO_SOURCES  := $(shell find . -name '*.go' -not -path './test/*' -not -path './hack/*' -not -path './.cache/*') go.mod go.sum \
                $(wildcard policies/rego/*.rego) $(wildcard policies/rules/*/*.rego)
 
@@ -44,7 +45,7 @@ TEST_TIMES  := $(CURDIR)/bin/test-times
 TIMES_DIR   := $(CURDIR)/.cache/test-times
 times        = | $(TEST_TIMES) -record $(TIMES_DIR) -stage $(1) -timeout $(2)
 
-.PHONY: all build test unit e2e lint controlplane deps bench run fuzz rego-test clean help generate generate-check \
+.PHONY: all build test unit e2e ledger-test lint controlplane deps bench run fuzz rego-test clean help generate generate-check \
         binaries image image-test FORCE helm chart-test opa bench-deps bench-http bench-scale bench-ledger \
         test-times times-reset docs
 
@@ -99,7 +100,7 @@ chart-test: build deps controlplane helm $(TEST_TIMES) ## helm lint, renderings 
 # A cold run (empty Go caches, no ~/.cache/sar-bridge) takes about 45 minutes on 2 cores,
 # most of it compiling Kubernetes; a warm one about 12. The slowest packages and tests,
 # with their share of their timeouts, close the run.
-test: times-reset lint unit image-test chart-test e2e ## Unit tests, the image, then end-to-end tests against a real control plane; the slowest packages and tests.
+test: times-reset lint unit image-test chart-test e2e ledger-test ## Unit tests, the image, then end-to-end tests against a real control plane; the slowest packages and tests.
 	@$(TEST_TIMES) summary -record $(TIMES_DIR)
 
 test-times: $(TEST_TIMES) ## The slowest packages and tests of the last test run, with their share of their timeouts.
@@ -124,7 +125,17 @@ e2e: build deps controlplane helm opa registry $(TEST_TIMES) ## End-to-end tests
 	cd test && SAR_BRIDGE_BINARY=$(CURDIR)/$(BIN) SAR_BRIDGE_CONTROLPLANE_BIN=$(CACHE_DIR)/bin \
 		SAR_BRIDGE_KUBECTL=$(CACHE_DIR)/bin/kubectl SAR_BRIDGE_OPA=$(CACHE_DIR)/bin/opa \
 		SAR_BRIDGE_REGISTRY=$(CACHE_DIR)/bin/registry \
-		$(GO) test -json -count=1 -timeout $(E2E_TIMEOUT) -skip '$(CHART_TESTS)' ./... $(call times,e2e,$(E2E_TIMEOUT))
+		$(GO) test -json -count=1 -timeout $(E2E_TIMEOUT) -skip '$(CHART_TESTS)|$(LEDGER_TESTS)' ./... $(call times,e2e,$(E2E_TIMEOUT))
+
+# The quota ledger's end-to-end tests (bursts through three replicas, a replica killed and
+# the API server restarted, quota slices): a stage of their own, so that neither it nor
+# e2e needs more than a third of its timeout; skipped by e2e, run once by make test.
+LEDGER_TESTS := ^(TestLedger|TestQuota)
+ledger-test: build deps controlplane helm opa registry $(TEST_TIMES) ## End-to-end tests of the quota ledger: replicas, bursts, a replica killed, the API server restarted.
+	cd test && SAR_BRIDGE_BINARY=$(CURDIR)/$(BIN) SAR_BRIDGE_CONTROLPLANE_BIN=$(CACHE_DIR)/bin \
+		SAR_BRIDGE_KUBECTL=$(CACHE_DIR)/bin/kubectl SAR_BRIDGE_OPA=$(CACHE_DIR)/bin/opa \
+		SAR_BRIDGE_REGISTRY=$(CACHE_DIR)/bin/registry \
+		$(GO) test -json -count=1 -timeout $(LEDGER_TIMEOUT) -run '$(LEDGER_TESTS)' ./e2e/ $(call times,ledger,$(LEDGER_TIMEOUT))
 
 lint: generate-check ## gofmt and go vet, in both modules; the generated CRD and deepcopy code up to date.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
