@@ -1,8 +1,10 @@
 package policies
 
 import (
+	"math/bits"
 	"regexp"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -214,6 +216,11 @@ func quantityNumber(raw ast.Value) (ast.Value, bool) {
 	if v, ok := parsedQuantities.get(string(s)); ok {
 		return v, true
 	}
+	if n, ok := wholeQuantity(string(s)); ok {
+		out := ast.Number(strconv.FormatUint(n, 10))
+		parsedQuantities.add(string(s), out)
+		return out, true
+	}
 	if !quantityGrammar.MatchString(string(s)) {
 		return nil, false
 	}
@@ -227,6 +234,41 @@ func quantityNumber(raw ast.Value) (ast.Value, bool) {
 	}
 	parsedQuantities.add(string(s), out)
 	return out, true
+}
+
+// wholeMultipliers are units.parse's integer suffixes, as the quantity grammar allows
+// them ("m" aside: its results need not be whole).
+var wholeMultipliers = map[string]uint64{"": 1,
+	"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60}
+
+// wholeQuantity is units.parse(s) for the common amounts, digits and an integer suffix
+// ("1500Mi", "4", "2G"), in integer arithmetic: OPA's works in big.Rat, five dozen
+// allocations an amount, and a pod's memory amounts are seldom ones seen before. false
+// for anything else (a sign, a fraction, an exponent, "m", a result over 64 bits),
+// which units.parse itself then reads. The same number as units.parse writes it
+// (decimal digits, no leading zeros): TestWholeQuantity.
+func wholeQuantity(s string) (uint64, bool) {
+	i := 0
+	var n uint64
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		hi, lo := bits.Mul64(n, 10)
+		lo, carry := bits.Add64(lo, uint64(s[i]-'0'), 0)
+		if hi != 0 || carry != 0 {
+			return 0, false
+		}
+		n = lo
+		i++
+	}
+	if i == 0 {
+		return 0, false
+	}
+	mult, ok := wholeMultipliers[s[i:]]
+	if !ok {
+		return 0, false
+	}
+	hi, v := bits.Mul64(n, mult)
+	return v, hi == 0
 }
 
 // quantityCache maps quantity strings to their parsed value; it starts over when full

@@ -1,9 +1,13 @@
 package policies
 
 import (
+	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/topdown"
 
 	"github.com/sar-bridge/sar-bridge/internal/astjson"
 )
@@ -82,4 +86,57 @@ func TestDerivedValuesOwnTheirTerms(t *testing.T) {
 			t.Errorf("input.%s is null for the bench pod", name)
 		}
 	}
+}
+
+// TestWholeQuantity: the integer reading of common amounts gives units.parse's number to
+// the digit, and declines what it cannot read exactly.
+func TestWholeQuantity(t *testing.T) {
+	parse := func(s string) (string, bool) {
+		var out ast.Value
+		err := unitsParse(topdown.BuiltinContext{}, []*ast.Term{ast.StringTerm(s)}, func(t *ast.Term) error {
+			out = t.Value
+			return nil
+		})
+		if err != nil || out == nil {
+			return "", false
+		}
+		return out.String(), true
+	}
+	amounts := []string{"0", "00", "007", "1", "4", "100", "1500Mi", "2Gi", "3k", "5M", "7G", "9T", "11P", "15E", "1Ki", "1Ti", "1Pi", "15Ei",
+		"18446744073709551615", "18446744073709551616", "16Ei", "18E", "19E", "99999999999999999999Ki"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	suffixes := []string{"", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"}
+	for range 2000 {
+		digits := make([]byte, 1+rng.IntN(20))
+		for i := range digits {
+			digits[i] = byte('0' + rng.IntN(10))
+		}
+		amounts = append(amounts, string(digits)+suffixes[rng.IntN(len(suffixes))])
+	}
+	whole := 0
+	for _, s := range amounts {
+		n, ok := wholeQuantity(s)
+		want, parsed := parse(s)
+		if !parsed {
+			t.Fatalf("units.parse(%q) failed", s)
+		}
+		if !ok {
+			if want != "" && len(want) < 20 && !strings.ContainsAny(want, ".e") {
+				if _, err := strconv.ParseUint(want, 10, 64); err == nil {
+					t.Errorf("wholeQuantity(%q) declined a whole number under 64 bits: %s", s, want)
+				}
+			}
+			continue
+		}
+		whole++
+		if got := strconv.FormatUint(n, 10); got != want {
+			t.Errorf("wholeQuantity(%q) = %s, units.parse gives %s", s, got, want)
+		}
+	}
+	for _, s := range []string{"", "m", "500m", "1.5", "+1", "-1", "1e3", "1E3", "1 Gi", "1Gb", "1gi", "Mi"} {
+		if n, ok := wholeQuantity(s); ok {
+			t.Errorf("wholeQuantity(%q) = %d, want it declined", s, n)
+		}
+	}
+	t.Logf("%d of %d amounts read in integers", whole, len(amounts))
 }

@@ -208,14 +208,14 @@ func (a *Authorizer) decidePod(ctx context.Context, r Request) (d Decision, err 
 	}
 	in := withMembers(req.input, append([][2]*ast.Term{
 		ast.Item(key("operation"), ast.StringTerm(req.Operation)),
-		ast.Item(key("subject"), ast.NewTerm(subjectValue(subject))),
+		ast.Item(key("subject"), ast.NewTerm(a.objects.getFor("subject", subjectKey(subject), func() ast.Value { return subjectValue(subject) }))),
 		ast.Item(key("front_door"), frontDoorTerm(r.FrontDoor)),
 		ast.Item(key("tenant"), ast.StringTerm(t.tenant)),
 		ast.Item(key("tenant_label"), ast.StringTerm(a.cfg.TenantLabel)),
 		ast.Item(key("group"), stringOrNull(t.group)),
 		ast.Item(key("namespace"), ast.NewTerm(nsValue)),
 		ast.Item(key("node"), ast.NewTerm(nodeVal)),
-		ast.Item(key("review"), ast.NewTerm(t.summary.value())),
+		ast.Item(key("review"), ast.NewTerm(a.objects.getFor("review", t.summary.key(), t.summary.value))),
 	}, req.derivedMembers(hpc)...)...)
 	if a.cfg.DecisionLog != nil {
 		defer func() { a.logDecision(ctx, rec, path, in, d, err) }()

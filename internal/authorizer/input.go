@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -310,6 +312,59 @@ func (o objectValues) get(kind string, meta metav1.Object, build func() ast.Valu
 	return v
 }
 
+// getFor returns the cached value built for key (what identifies it, e.g. a subject's
+// names), or builds and keeps it: the subject and review members repeat across a
+// tenant's decisions and cost two dozen allocations each to build.
+func (o objectValues) getFor(kind string, key []byte, build func() ast.Value) ast.Value {
+	k := objectVersion{kind: kind, uid: string(key)}
+	if v, ok := o.cache.Get(k); ok {
+		return v
+	}
+	v := build()
+	o.cache.Add(k, v, objectEntryBytes+int64(len(k.kind)+len(k.uid))+astjson.Size(v))
+	return v
+}
+
+// appendField appends s, length first, so that no two lists of fields give one key.
+func appendField(b []byte, s string) []byte {
+	return append(append(strconv.AppendInt(b, int64(len(s)), 10), ':'), s...)
+}
+
+// subjectKey identifies what subjectValue builds from s.
+func subjectKey(s Subject) []byte {
+	b := make([]byte, 0, 128)
+	b = appendField(appendField(b, s.Username), s.UID)
+	b = strconv.AppendInt(b, int64(len(s.Groups)), 10)
+	for _, g := range s.Groups {
+		b = appendField(b, g)
+	}
+	extra := make([]string, 0, len(s.Extra))
+	for k := range s.Extra {
+		extra = append(extra, k)
+	}
+	slices.Sort(extra)
+	for _, k := range extra {
+		b = strconv.AppendInt(appendField(b, k), int64(len(s.Extra[k])), 10)
+		for _, v := range s.Extra[k] {
+			b = appendField(b, v)
+		}
+	}
+	return b
+}
+
+// key identifies what value builds from s.
+func (s reviewSummary) key() []byte {
+	b := make([]byte, 0, 128)
+	b = strconv.AppendBool(strconv.AppendBool(b, s.Allowed), s.Denied)
+	b = strconv.AppendInt(appendField(b, s.Reason), int64(len(s.Attributes)), 10)
+	for _, a := range s.Attributes {
+		for _, f := range [...]string{a.Namespace, a.Verb, a.Group, a.Resource, a.Name} {
+			b = appendField(b, f)
+		}
+	}
+	return b
+}
+
 // keyTerms are the member names of the input documents the bridge builds on every
 // decision, and of the decision documents it reads, allocated once.
 var keyTerms = func() map[string]*ast.Term {
@@ -470,16 +525,20 @@ func stringOrNull(s string) *ast.Term {
 // fields it reads: the reviews' outcome and the versions of the namespace and node
 // the input was built from. Lengths prefix each part.
 func memoSalt(summary reviewSummary, ns *corev1.Namespace, node *corev1.Node, tenant, group string) []byte {
-	parts := []string{fmt.Sprint(summary.Allowed, summary.Denied), summary.Reason, tenant, group, "", "", ""}
+	parts := [...]string{strconv.FormatBool(summary.Allowed) + " " + strconv.FormatBool(summary.Denied), summary.Reason, tenant, group, "", "", ""}
 	if ns != nil {
 		parts[4], parts[5] = string(ns.UID), ns.ResourceVersion
 	}
 	if node != nil {
 		parts[6] = node.ResourceVersion
 	}
-	var b []byte
+	n := 0
 	for _, p := range parts {
-		b = fmt.Appendf(b, "%d:%s", len(p), p)
+		n += len(p) + 8
+	}
+	b := make([]byte, 0, n) // one allocation: the salt is built on every decision
+	for _, p := range parts {
+		b = appendField(b, p)
 	}
 	return b
 }
