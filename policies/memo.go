@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -62,45 +63,86 @@ type Result struct {
 // Job or array job repeat their key at once, and distinct specs never do: keeping each
 // of theirs (some 3 kB) only grew the heap the garbage collector walks and pushed out
 // entries that do repeat.
+//
+// Entries are found by a prehash (memoPrehash: from the hashes OPA's values carry, a
+// microsecond) and used only when their full key (memoKey: the canonical encoding of
+// every value read, hashed with SHA-256, a tenth of a pod decision) matches, so the
+// full key is computed only when an entry or a first evaluation shares the prehash:
+// a distinct spec, most of all, pays for none.
 type memo struct {
-	entries *sizedlru.Cache[[sha256.Size]byte, memoEntry]
-	seen    *lru.Cache // keys evaluated once whose results were not kept
+	entries *sizedlru.Cache[uint64, memoEntry]
+	seen    *lru.Cache // prehashes evaluated once whose results were not kept
 }
 
 type memoEntry struct {
+	key     [sha256.Size]byte // the full key of the evaluation this is the result of
 	value   ast.Value
 	defined bool
 	expires time.Time
 }
 
 func newMemo(size int) *memo {
-	return &memo{entries: sizedlru.New[[sha256.Size]byte, memoEntry](memoBytes, memoEntryBytes), seen: lru.New(size)}
+	return &memo{entries: sizedlru.New[uint64, memoEntry](memoBytes, memoEntryBytes), seen: lru.New(size)}
 }
 
-func (m *memo) get(key [sha256.Size]byte, now time.Time) (memoEntry, bool) {
-	e, ok := m.entries.Get(key)
+// get returns the entry under pre whose full key is key() (computed only when there is
+// an entry under pre).
+func (m *memo) get(pre uint64, key func() [sha256.Size]byte, now time.Time) (memoEntry, bool) {
+	e, ok := m.entries.Get(pre)
 	if !ok {
 		return memoEntry{}, false
 	}
 	if !now.Before(e.expires) {
-		m.entries.Remove(key)
+		m.entries.Remove(pre)
 		return memoEntry{}, false
+	}
+	if e.key != key() {
+		return memoEntry{}, false // another evaluation with the same prehash
 	}
 	return e, true
 }
 
-// add keeps e when key was evaluated before, and otherwise remembers that it was.
-func (m *memo) add(key [sha256.Size]byte, e memoEntry) {
-	if _, again := m.seen.Get(key); !again {
-		m.seen.Add(key, struct{}{})
+// add keeps e (with its full key, key()) when pre was evaluated before, and otherwise
+// remembers that it was.
+func (m *memo) add(pre uint64, key func() [sha256.Size]byte, e memoEntry) {
+	if _, again := m.seen.Get(pre); !again {
+		m.seen.Add(pre, struct{}{})
 		return
 	}
-	m.seen.Remove(key)
+	m.seen.Remove(pre)
 	var size int64 = memoEntryExtra
 	if e.value != nil {
 		size += astjson.Size(e.value)
 	}
-	m.entries.Add(key, e, size)
+	e.key = key()
+	m.entries.Add(pre, e, size)
+}
+
+// prehashSeed makes memoPrehash the same function for the process's life.
+var prehashSeed = maphash.MakeSeed()
+
+// memoPrehash hashes what memoKey encodes, from the hashes OPA's values carry (an
+// object's and an array's are kept as they are built): equal inputs give equal
+// prehashes, unequal ones rarely, and a memo entry is used only on its full key.
+func memoPrehash(path []string, salt []byte, fp footprint, input ast.Value) uint64 {
+	var h maphash.Hash
+	h.SetSeed(prehashSeed)
+	for _, seg := range path {
+		h.WriteString(seg)
+		h.WriteByte(0)
+	}
+	h.Write(salt)
+	var b [9]byte
+	fp.eachValue(input, func(v ast.Value) {
+		if v == nil {
+			b[8] = 0 // absent
+		} else {
+			binary.LittleEndian.PutUint64(b[:8], uint64(v.Hash()))
+			b[8] = 1
+		}
+		h.Write(b[:])
+	})
+	return h.Sum64()
 }
 
 // keyBuffers recycles the buffers memo keys are encoded into before hashing.
@@ -123,10 +165,17 @@ func memoKey(path []string, salt []byte, fp footprint, input ast.Value) [sha256.
 }
 
 // appendValues appends the canonical encoding of the value at each of fp's paths in
-// input (absent where input has none). The value at the prefix a path shares with the
-// one before it is reused, not looked up again from the root: the paths of one policy
-// mostly start alike (input.pod.spec...).
+// input (absent where input has none).
 func (fp footprint) appendValues(b []byte, input ast.Value) []byte {
+	fp.eachValue(input, func(v ast.Value) { b = astjson.AppendCanonical(b, v) })
+	return b
+}
+
+// eachValue calls f with the value at each of fp's paths in input (nil where input has
+// none). The value at the prefix a path shares with the one before it is reused, not
+// looked up again from the root: the paths of one policy mostly start alike
+// (input.pod.spec...).
+func (fp footprint) eachValue(input ast.Value, f func(ast.Value)) {
 	var stack [8]ast.Value
 	walked := stack[:0] // walked[j]: the value at the current path's first j+1 terms
 	for i, p := range fp.paths {
@@ -139,9 +188,8 @@ func (fp footprint) appendValues(b []byte, input ast.Value) []byte {
 			v = astjson.Find(v, p[j:j+1])
 			walked = append(walked, v)
 		}
-		b = astjson.AppendCanonical(b, v)
+		f(v)
 	}
-	return b
 }
 
 // EvalValue evaluates data.<path...> on an input already in Rego's value form (see
@@ -157,9 +205,17 @@ func (e *Evaluator) EvalValue(ctx context.Context, path []string, input ast.Valu
 		v, defined, err := e.evalQuery(ctx, path, p, input)
 		return Result{Value: v, Defined: defined, Memo: MemoOff}, err
 	}
-	key := memoKey(path, m.Salt, p.footprint, input)
+	pre := memoPrehash(path, m.Salt, p.footprint, input)
+	var full *[sha256.Size]byte
+	key := func() [sha256.Size]byte { // computed once, and only if needed
+		if full == nil {
+			k := memoKey(path, m.Salt, p.footprint, input)
+			full = &k
+		}
+		return *full
+	}
 	now := time.Now()
-	if hit, ok := e.memo.get(key, now); ok {
+	if hit, ok := e.memo.get(pre, key, now); ok {
 		return Result{Value: hit.value, Defined: hit.defined, Memo: MemoHit}, nil
 	}
 	v, defined, err := e.evalQuery(ctx, path, p, input)
@@ -167,7 +223,7 @@ func (e *Evaluator) EvalValue(ctx context.Context, path []string, input ast.Valu
 		return Result{Memo: MemoMiss}, err
 	}
 	if now.Before(m.Expires) {
-		e.memo.add(key, memoEntry{value: v, defined: defined, expires: m.Expires})
+		e.memo.add(pre, key, memoEntry{value: v, defined: defined, expires: m.Expires})
 	}
 	return Result{Value: v, Defined: defined, Memo: MemoMiss}, nil
 }

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"slices"
 	"strings"
@@ -301,5 +302,93 @@ d := [input.a[0].b, input.a[0].c, input.a[1].b, input.a.x, input.b.c.d, input.b.
 				t.Errorf("appendValues = %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// TestMemoPrehashIsOnlyAnIndex: an entry found by its prehash is used only when its full
+// key matches, so two evaluations that share a prehash never share a result; the full
+// key is computed only when an entry or a first evaluation shares the prehash.
+func TestMemoPrehashIsOnlyAnIndex(t *testing.T) {
+	m := newMemo(16)
+	now := time.Now()
+	keyOf := func(s string, computed *int) func() [32]byte {
+		return func() [32]byte { *computed++; return sha256.Sum256([]byte(s)) }
+	}
+	var n int
+	const pre = 42
+	a := memoEntry{value: ast.String("a's result"), defined: true, expires: now.Add(time.Minute)}
+	m.add(pre, keyOf("a", &n), a) // first: remembered, not kept
+	m.add(pre, keyOf("a", &n), a) // again: kept, with a's key
+	if n != 1 {
+		t.Fatalf("adding computed the full key %d times, want 1 (when kept)", n)
+	}
+	n = 0
+	if e, ok := m.get(pre, keyOf("b", &n), now); ok {
+		t.Fatalf("b, with a's prehash, got a's result %v", e.value)
+	}
+	if e, ok := m.get(pre, keyOf("a", &n), now); !ok || e.value.Compare(a.value) != 0 {
+		t.Fatalf("a: %v, %v; want its result", e.value, ok)
+	}
+	if n != 2 {
+		t.Errorf("two lookups under a kept prehash computed %d full keys, want 2", n)
+	}
+	n = 0
+	if _, ok := m.get(pre+1, keyOf("c", &n), now); ok || n != 0 {
+		t.Errorf("a prehash without an entry: hit %v, %d full keys computed; want a miss and none", ok, n)
+	}
+}
+
+// TestMemoPrehashFollowsValues: equal inputs give one prehash, however their objects
+// were built, and a change in a value read changes it (but an array's order: see
+// TestMemoPrehashIsOnlyAnIndex for why that is safe).
+func TestMemoPrehashFollowsValues(t *testing.T) {
+	e := memoEvaluator(t, "package m\nd := [input.a, input.b.c]\n")
+	p, err := e.prepare(context.Background(), []string{"m", "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := func(in string, salt string) uint64 {
+		return memoPrehash([]string{"m", "d"}, []byte(salt), p.footprint, value(t, in))
+	}
+	base := pre(`{"a": [1, {"x": "y", "z": 2}], "b": {"c": "v", "unread": 1}}`, "s")
+	for _, tc := range []struct {
+		in, salt string
+		same     bool
+	}{
+		{`{"b": {"unread": 2, "c": "v"}, "a": [1, {"z": 2, "x": "y"}]}`, "s", true},
+		{`{"a": [1, {"x": "y", "z": 2}], "b": {"c": "v"}}`, "s", true},
+		{`{"a": [1, {"x": "y", "z": 3}], "b": {"c": "v"}}`, "s", false},
+		// OPA hashes an array as the sum of its elements' hashes: order is the full key's.
+		{`{"a": [{"x": "y", "z": 2}, 1], "b": {"c": "v"}}`, "s", true},
+		{`{"a": [1, {"x": "y", "z": 2}, 3], "b": {"c": "v"}}`, "s", false},
+		{`{"a": [1, {"x": "y", "z": 2}], "b": {"c": "w"}}`, "s", false},
+		{`{"a": [1, {"x": "y", "z": 2}], "b": {}}`, "s", false},
+		{`{"a": [1, {"x": "y", "z": 2}], "b": {"c": "v"}}`, "t", false},
+	} {
+		if got := pre(tc.in, tc.salt) == base; got != tc.same {
+			t.Errorf("%s (salt %s): same prehash %v, want %v", tc.in, tc.salt, got, tc.same)
+		}
+	}
+}
+
+// TestMemoArrayOrder: inputs whose arrays differ only in order share a prehash and get
+// their own results.
+func TestMemoArrayOrder(t *testing.T) {
+	e := memoEvaluator(t, "package m\nd := [x | some x in input.a]\n")
+	memo := Memo{Salt: []byte{}, Expires: time.Now().Add(time.Minute)}
+	for i, tc := range []struct {
+		in   string
+		want string
+		memo MemoOutcome
+	}{
+		{`{"a": [1, 2]}`, "[1, 2]", MemoMiss},
+		{`{"a": [1, 2]}`, "[1, 2]", MemoMiss}, // kept now
+		{`{"a": [2, 1]}`, "[2, 1]", MemoMiss},
+		{`{"a": [1, 2]}`, "[1, 2]", MemoHit},
+	} {
+		r, err := e.EvalValue(context.Background(), []string{"m", "d"}, value(t, tc.in), memo)
+		if err != nil || r.Memo != tc.memo || r.Value.String() != tc.want {
+			t.Errorf("%d %s: %v (%s), %v; want %s (%s)", i, tc.in, r.Value, r.Memo, err, tc.want, tc.memo)
+		}
 	}
 }
