@@ -243,17 +243,18 @@ func sbatchValue(opts []slurmjob.Option, err error) *ast.Term {
 	byName := make([][2]*ast.Term, 0, len(opts))
 	order := make([]*ast.Term, 0, len(opts))
 	for _, o := range opts {
-		v := ast.BooleanTerm(true)
+		v := ast.InternedTerm(true)
 		if o.HasValue {
 			v = ast.StringTerm(o.Value)
 		}
-		byName = append(byName, ast.Item(ast.StringTerm(o.Name), v))
-		order = append(order, ast.StringTerm(o.Name))
+		name := ast.StringTerm(o.Name) // one term for both: values are never modified
+		byName = append(byName, ast.Item(name, v))
+		order = append(order, name)
 	}
 	return ast.ObjectTerm(
-		ast.Item(hpcKey("options"), ast.ObjectTerm(byName...)),
-		ast.Item(hpcKey("order"), ast.ArrayTerm(order...)),
-		ast.Item(hpcKey("error"), ast.NullTerm()),
+		ast.Item(hpcKey("options"), objectOrEmpty(byName...)),
+		ast.Item(hpcKey("order"), arrayOrEmpty(order...)),
+		ast.Item(hpcKey("error"), ast.InternedNullTerm),
 	)
 }
 
@@ -483,23 +484,23 @@ func (r *hpcRead) value() ast.Value {
 				))
 			}
 		}
-		bound = append(bound, ast.Item(pluginKeys[p], ast.ArrayTerm(fs...)))
+		bound = append(bound, ast.Item(pluginKeys[p], arrayOrEmpty(fs...)))
 		if len(fs) > 0 {
 			boundPlugins = append(boundPlugins, pluginKeys[p])
 		}
 	}
 	obj := ast.NewObject(
-		ast.Item(hpcKey("inert"), ast.BooleanTerm(r.inert)),
-		ast.Item(hpcKey("sbatch_only"), ast.BooleanTerm(!r.inert && !r.others)),
-		ast.Item(hpcKey("runtime"), ast.ObjectTerm(r.runtime...)),
-		ast.Item(hpcKey("host_paths"), ast.ArrayTerm(r.hostPaths...)),
-		ast.Item(hpcKey("ids"), ast.ArrayTerm(r.ids...)),
-		ast.Item(hpcKey("words"), ast.ArrayTerm(r.words...)),
-		ast.Item(hpcKey("host_mode"), ast.BooleanTerm(r.hostMode)),
-		ast.Item(gpusKey, ast.IntNumberTerm(int(r.gpus))),
-		ast.Item(flavorSizedKey, ast.ArrayTerm(r.flavorSized...)),
-		ast.Item(scriptBoundKey, ast.ObjectTerm(bound...)),
-		ast.Item(boundPluginsKey, ast.ArrayTerm(boundPlugins...)),
+		ast.Item(hpcKey("inert"), ast.InternedTerm(r.inert)),
+		ast.Item(hpcKey("sbatch_only"), ast.InternedTerm(!r.inert && !r.others)),
+		ast.Item(hpcKey("runtime"), objectOrEmpty(r.runtime...)),
+		ast.Item(hpcKey("host_paths"), arrayOrEmpty(r.hostPaths...)),
+		ast.Item(hpcKey("ids"), arrayOrEmpty(r.ids...)),
+		ast.Item(hpcKey("words"), arrayOrEmpty(r.words...)),
+		ast.Item(hpcKey("host_mode"), ast.InternedTerm(r.hostMode)),
+		ast.Item(gpusKey, ast.InternedTerm(int(r.gpus))),
+		ast.Item(flavorSizedKey, arrayOrEmpty(r.flavorSized...)),
+		ast.Item(scriptBoundKey, objectOrEmpty(bound...)),
+		ast.Item(boundPluginsKey, arrayOrEmpty(boundPlugins...)),
 	)
 	if r.sbatch != nil {
 		obj.Insert(hpcKey("sbatch"), r.sbatch)
@@ -508,6 +509,23 @@ func (r *hpcRead) value() ast.Value {
 		obj.Insert(hpcKey("pod_ip"), r.podIP)
 	}
 	return obj
+}
+
+// arrayOrEmpty is ast.ArrayTerm, but OPA's shared empty array for no terms, and objectOrEmpty
+// likewise: most pods have none of most of input.hpc's lists, and the evaluator never
+// modifies a value (it shares the store's).
+func arrayOrEmpty(terms ...*ast.Term) *ast.Term {
+	if len(terms) == 0 {
+		return ast.InternedEmptyArray
+	}
+	return ast.ArrayTerm(terms...)
+}
+
+func objectOrEmpty(items ...[2]*ast.Term) *ast.Term {
+	if len(items) == 0 {
+		return ast.InternedEmptyObject
+	}
+	return ast.ObjectTerm(items...)
 }
 
 // stringAt is obj[key] when it is a string, else "".
