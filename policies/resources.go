@@ -198,7 +198,7 @@ func parsedAmounts(res ast.Object, kind *ast.Term) (ast.Value, bool) {
 				return
 			}
 			key, _ := name.Value.(ast.String) // a JSON object's key
-			parsed.Insert(ownTerm(key), ast.NewTerm(n))
+			parsed.Insert(ownTerm(key), n)
 		})
 		return parsed, ok
 	default:
@@ -206,27 +206,27 @@ func parsedAmounts(res ast.Object, kind *ast.Term) (ast.Value, bool) {
 	}
 }
 
-// quantityNumber is units.parse(raw) for a string of the grammar. Amounts repeat
-// across pods ("500m", "1Gi"), so parsed ones are kept, a bounded number of them.
-func quantityNumber(raw ast.Value) (ast.Value, bool) {
+// quantityNumber is units.parse(raw) for a string of the grammar, as a term of its own
+// (never the pod's: see ownTerm). Whole amounts are read in integers (wholeQuantity);
+// the others repeat across pods ("500m", "0.5"), so their parsed terms are kept, a
+// bounded number of them, and shared: values are never modified.
+func quantityNumber(raw ast.Value) (*ast.Term, bool) {
 	s, ok := raw.(ast.String)
 	if !ok {
 		return nil, false
 	}
-	if v, ok := parsedQuantities.get(string(s)); ok {
-		return v, true
-	}
 	if n, ok := wholeQuantity(string(s)); ok {
-		out := ast.Number(strconv.FormatUint(n, 10))
-		parsedQuantities.add(string(s), out)
-		return out, true
+		return ast.NewTerm(ast.Number(strconv.FormatUint(n, 10))), true
+	}
+	if t, ok := parsedQuantities.get(string(s)); ok {
+		return t, true
 	}
 	if !quantityGrammar.MatchString(string(s)) {
 		return nil, false
 	}
-	var out ast.Value
+	var out *ast.Term
 	err := unitsParse(topdown.BuiltinContext{}, []*ast.Term{ast.NewTerm(s)}, func(t *ast.Term) error {
-		out = t.Value
+		out = t
 		return nil
 	})
 	if err != nil || out == nil {
@@ -275,21 +275,21 @@ func wholeQuantity(s string) (uint64, bool) {
 // (a hit costs a map read, no allocation, which an LRU's boxed keys would).
 type quantityCache struct {
 	mu     sync.RWMutex
-	values map[string]ast.Value
+	values map[string]*ast.Term
 }
 
 const maxParsedQuantities = 4096
 
-var parsedQuantities = &quantityCache{values: map[string]ast.Value{}}
+var parsedQuantities = &quantityCache{values: map[string]*ast.Term{}}
 
-func (c *quantityCache) get(s string) (ast.Value, bool) {
+func (c *quantityCache) get(s string) (*ast.Term, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	v, ok := c.values[s]
 	return v, ok
 }
 
-func (c *quantityCache) add(s string, v ast.Value) {
+func (c *quantityCache) add(s string, v *ast.Term) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.values) >= maxParsedQuantities {
