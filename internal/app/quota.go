@@ -174,6 +174,11 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 	ledger := tenants.NewLedger(lc, pods, tenants.LedgerOptions{MaxPending: o.maxPending, Registerer: reg,
 		Running: running, TenantOf: tenantOf, // the reconciler's mapping: both count the same pods
 		Slices: o.sliceOptions(identity)})
+	// A tenant given a quota has its running pods counted at once, not in the path of
+	// its first create.
+	if err := dir.OnChange(ledger.Observe); err != nil {
+		return quotaParts{}, err
+	}
 	r, err := tenants.NewReconciler(tenants.ReconcilerOptions{
 		Client: c,
 		Pods: func() (tenants.PodSource, error) {

@@ -47,6 +47,23 @@ func needsAdoption(t *v1alpha1.OffloadTenant) bool {
 	return t.Status.Adopted == nil || t.Status.Adopted.Generation < t.Generation
 }
 
+// Observe is called with every OffloadTenant the bridge's directory sees added or
+// changed: a tenant with a quota whose current spec has not had its running pods counted
+// gets the count now, in a write of its own (drain's, with no charge waiting), rather
+// than in the path of its first create, which would otherwise wait for a live list of
+// every pod on the virtual nodes (seconds, in a large cluster). Every replica tries;
+// the resourceVersion check lets one count land, and the others find it counted. A
+// count that fails (the views not synced yet, the API unreachable) is left to the first
+// charge, as before. A ledger that cannot write (check, who-can) does nothing.
+func (l *Ledger) Observe(t *v1alpha1.OffloadTenant) {
+	if l.client == nil || len(t.Spec.Hard) == 0 && len(t.Spec.Nodes) == 0 || !needsAdoption(t) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.flushLocked(t.Name)
+}
+
 // adopt counts the tenant's running pods no charge covers into t (pending charges,
 // usage, status.adopted), when its ledger has not counted them for this spec
 // generation. changed says t was modified. It fails, never guesses, when the pods

@@ -3,6 +3,7 @@ package tenants
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -289,4 +290,60 @@ func TestLedgerAdoptsWithSlices(t *testing.T) {
 	if running.lists.Load() != 1 {
 		t.Errorf("%d lists of the running pods, want 1", running.lists.Load())
 	}
+}
+
+// TestLedgerObserveAdopts: a tenant seen with a quota whose spec was not counted yet is
+// counted at once, with no create waiting (with slices and without); a tenant without a
+// quota, one already counted, and a ledger that cannot write list nothing.
+func TestLedgerObserveAdopts(t *testing.T) {
+	pods := []*corev1.Pod{runningPod("team-a", "old-1", "1"), runningPod("team-a", "old-2", "1")}
+	for _, slices := range []bool{false, true} {
+		t.Run(fmt.Sprintf("slices=%v", slices), func(t *testing.T) {
+			c := fakeClient(t, interceptor.Funcs{}, adoptTenant("10"))
+			running := &fakeRunning{pods: pods}
+			opts := LedgerOptions{Running: running, TenantOf: tenantOf, Now: func() time.Time { return testNow }}
+			if slices {
+				opts.Slices = SliceOptions{Holder: "replica-0"}
+			}
+			l := NewLedger(c, nil, opts)
+			var seen v1alpha1.OffloadTenant
+			if err := c.Get(context.Background(), client.ObjectKey{Name: "team-a"}, &seen); err != nil {
+				t.Fatal(err)
+			}
+			l.Observe(&seen)
+			deadline := time.Now().Add(5 * time.Second)
+			var s v1alpha1.OffloadTenantStatus
+			for s = status(t, c, "team-a"); s.Adopted == nil && time.Now().Before(deadline); s = status(t, c, "team-a") {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if a := s.Adopted; a == nil || a.Generation != 2 || a.Pods != 2 {
+				t.Fatalf("adopted %+v, want generation 2 and 2 pods", a)
+			}
+			wantUsed(t, s, "pods", "2", "cpu", "2")
+			if got := pendingNames(s); got != "team-a/old-1 team-a/old-2" || len(s.Slices) != 0 {
+				t.Errorf("pending %q, slices %v; want the two running pods and no slice", got, s.Slices)
+			}
+			// Counted: seeing it again lists nothing.
+			if err := c.Get(context.Background(), client.ObjectKey{Name: "team-a"}, &seen); err != nil {
+				t.Fatal(err)
+			}
+			l.Observe(&seen)
+			time.Sleep(50 * time.Millisecond)
+			if n := running.lists.Load(); n != 1 {
+				t.Errorf("%d lists, want 1", n)
+			}
+		})
+	}
+	t.Run("nothing to count", func(t *testing.T) {
+		running := &fakeRunning{pods: pods}
+		noQuota := tenant("team-a", nil, nil)
+		noQuota.Generation = 2
+		l := NewLedger(fakeClient(t, interceptor.Funcs{}, noQuota), nil, LedgerOptions{Running: running, TenantOf: tenantOf})
+		l.Observe(noQuota)
+		NewLedger(nil, nil, LedgerOptions{Running: running, TenantOf: tenantOf}).Observe(adoptTenant("10"))
+		time.Sleep(50 * time.Millisecond)
+		if n := running.lists.Load(); n != 0 {
+			t.Errorf("%d lists, want none", n)
+		}
+	})
 }

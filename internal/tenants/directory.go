@@ -103,6 +103,20 @@ func (d *Directory) set(obj any, deleted bool) {
 	}
 }
 
+// OnChange calls f with every OffloadTenant added or changed (the informer's objects:
+// f must not modify them), those already seen included.
+func (d *Directory) OnChange(f func(*v1alpha1.OffloadTenant)) error {
+	call := func(obj any) {
+		if t, ok := obj.(*v1alpha1.OffloadTenant); ok {
+			f(t)
+		}
+	}
+	if _, err := d.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: call, UpdateFunc: func(_, obj any) { call(obj) }}); err != nil {
+		return fmt.Errorf("following OffloadTenants: %w", err)
+	}
+	return nil
+}
+
 // Tenant is the tenant whose spec.namespaces lists namespace; ok is false when none
 // does (the tenant is then the namespace's label, else its name). Two tenants listing
 // one namespace is an error: no decision is made for its pods.
