@@ -496,6 +496,7 @@ func (l *Ledger) updateStatus(ctx context.Context, t *v1alpha1.OffloadTenant, ad
 	}
 	if err == nil && adopted {
 		adoptedPods = int(t.Status.Adopted.Pods)
+		l.metrics.counts.Inc()
 	}
 	return adoptedPods, err
 }
@@ -503,7 +504,7 @@ func (l *Ledger) updateStatus(ctx context.Context, t *v1alpha1.OffloadTenant, ad
 type ledgerMetrics struct {
 	writes, charges *prometheus.CounterVec
 	batch           prometheus.Histogram
-	adopted         prometheus.Counter
+	adopted, counts prometheus.Counter
 }
 
 func newLedgerMetrics(reg prometheus.Registerer) ledgerMetrics {
@@ -523,11 +524,15 @@ func newLedgerMetrics(reg prometheus.Registerer) ledgerMetrics {
 		}),
 		adopted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sar_bridge_ledger_adopted_total",
-			Help: "Running pods of virtual nodes that no charge covered (they ran before their tenant's quota, or its spec changed) which a first charge counted and added to the ledger as pending charges.",
+			Help: "Running pods of virtual nodes that no charge covered (they ran before their tenant's quota, or its spec changed) which this bridge counted and added to the ledger as pending charges.",
+		}),
+		counts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sar_bridge_ledger_counts_total",
+			Help: "Writes of tenants' ledgers that recorded a count of the pods already running (status.adopted: a quota set, or its spec changed), with or without charges; part of sar_bridge_ledger_writes_total.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.writes, m.charges, m.batch, m.adopted)
+		reg.MustRegister(m.writes, m.charges, m.batch, m.adopted, m.counts)
 	}
 	return m
 }

@@ -187,6 +187,19 @@ func ledgerOf(t *testing.T, name string, resources ...corev1.ResourceName) ledge
 	return ledgerState{used: strings.Join(parts, ","), pending: len(o.Status.Pending)}
 }
 
+// waitCounted polls the tenant until its running pods are counted for its spec
+// (status.adopted: the bridges count them as soon as they see the quota), so that a test
+// that counts a bridge's writes or faults them starts after that write.
+func waitCounted(t *testing.T, name string) {
+	t.Helper()
+	if _, ok := poll(20*time.Second, 50*time.Millisecond, func() bool {
+		o := tenantObject(t, name)
+		return o.Status.Adopted != nil && o.Status.Adopted.Generation == o.Generation
+	}); !ok {
+		t.Fatalf("tenant %s: its running pods not counted within 20s (status %+v)", name, tenantObject(t, name).Status)
+	}
+}
+
 // waitLedger polls the tenant's ledger until it is want.
 func waitLedger(t *testing.T, name string, within time.Duration, want ledgerState, resources ...corev1.ResourceName) {
 	t.Helper()
@@ -469,10 +482,11 @@ func TestLedgerThreeBridges(t *testing.T) {
 		var charged float64
 		for name, br := range bridges {
 			w, c := metric(t, br, "sar_bridge_ledger_writes_total", map[string]string{"result": "success"}), metric(t, br, "sar_bridge_ledger_charges_total", map[string]string{"result": "charged"})
-			t.Logf("bridge %s: %v ledger writes, %v charged, %v refused, %v conflicts", name, w, c,
+			counts := metric(t, br, "sar_bridge_ledger_counts_total", nil) // of the running pods, once a tenant's spec
+			t.Logf("bridge %s: %v ledger writes (%v of them counts of running pods), %v charged, %v refused, %v conflicts", name, w, counts, c,
 				metric(t, br, "sar_bridge_ledger_charges_total", map[string]string{"result": "refused"}), metric(t, br, "sar_bridge_ledger_writes_total", map[string]string{"result": "conflict"}))
-			if w > c {
-				t.Errorf("bridge %s: %v ledger writes for %v charges", name, w, c)
+			if w-counts > c {
+				t.Errorf("bridge %s: %v ledger writes besides %v counts for %v charges", name, w, counts, c)
 			}
 			charged += c
 		}
@@ -1061,6 +1075,7 @@ func TestLedgerAPIServerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startTestBridge(t, kc, baseArgs(lgArgs()...)...)
+	waitCounted(t, tenant) // the bridges' count of its running pods is written before any fault
 	statusPath := "/apis/sar-bridge.io/v1alpha1/offloadtenants/" + tenant + "/status"
 	for i, tc := range []struct {
 		name  string
