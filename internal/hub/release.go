@@ -39,7 +39,7 @@ func ReleaseCluster(ctx context.Context, c client.Client, hubClient kubernetes.I
 	var out []Released
 	for _, item := range list.Items {
 		var r Released
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := tenants.RetryOnConflict(retry.DefaultRetry, func() error {
 			var t v1alpha1.OffloadTenant
 			if err := c.Get(ctx, client.ObjectKey{Name: item.Name}, &t); err != nil {
 				return err

@@ -49,7 +49,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
@@ -235,7 +234,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	var generation int64
 	lost, wrote, refreeze, nearEnd := false, false, false, false
 	written, adoptedPods := 0, 0
-	err := retry.RetryOnConflict(l.opts.Retry, func() error {
+	err := RetryOnConflict(l.opts.Retry, func() error {
 		written, wrote, grant, refreeze, adoptedPods = 0, false, nil, false, 0
 		var t v1alpha1.OffloadTenant
 		if err := l.client.Get(ctx, client.ObjectKey{Name: tenant}, &t); err != nil {

@@ -27,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
@@ -267,7 +266,7 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 	wrote := false                      // a write landed (charges, an adoption or both)
 	adoptedPods := 0                    // pods the write that landed adopted
 	already := make([]bool, len(batch)) // charged before, by any bridge or front door
-	err := retry.RetryOnConflict(l.opts.Retry, func() error {
+	err := RetryOnConflict(l.opts.Retry, func() error {
 		written, wrote, adoptedPods = 0, false, 0
 		copy(results, readErrs) // nothing decided by an earlier attempt stands
 		var t v1alpha1.OffloadTenant

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
@@ -280,7 +279,7 @@ func (tm *term) mark(ctx context.Context, rec *podRecord, tenant string, amounts
 func (tm *term) write(ctx context.Context, first *v1alpha1.OffloadTenant, resolved map[chargeKey]bool, held []holding, rc *reclaim) (written bool, err error) {
 	t := first
 	attempts := 0
-	err = retry.RetryOnConflict(tm.r.opts.Retry, func() error {
+	err = RetryOnConflict(tm.r.opts.Retry, func() error {
 		written = false
 		if attempts++; attempts > 1 {
 			t = &v1alpha1.OffloadTenant{}
