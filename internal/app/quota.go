@@ -142,7 +142,7 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 	}
 	if !use.serving() {
 		// Decided against the ledger's usage, charged nothing (no client to write with).
-		return quotaParts{directory: dir, ledger: tenants.NewLedger(nil, kube.NewPodReader(kubeClient, kube.DefaultRetryBackoff), tenants.LedgerOptions{})}, nil
+		return quotaParts{directory: dir, ledger: tenants.NewLedger(nil, kube.NewPodReader(kubeClient, kube.DefaultRetryBackoff), tenants.LedgerOptions{Cluster: o.hub.cluster})}, nil
 	}
 	targets := use.targets
 	if err := o.hub.claim(ctx, hubc, kubeClient, restConfig.Host, o.leaseNamespace); err != nil {
