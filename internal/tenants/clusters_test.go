@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -151,5 +152,50 @@ func TestReleaseCluster(t *testing.T) {
 				t.Errorf("clusters %+v (%q), want %s", s.Clusters, s.ClustersUsed, tc.wantSummary)
 			}
 		})
+	}
+}
+
+// TestReclaimOwnClusterOnly: cluster b's reconciler takes back b's expired slice,
+// counting b's pods its dead holder may have admitted as b's charges, and leaves a's
+// expired slice alone: a's pods are out of its sight.
+func TestReclaimOwnClusterOnly(t *testing.T) {
+	ten := tenant("team-a", list("pods", "20"), nil)
+	ten.Generation = 1
+	expired := metav1.NewTime(testNow.Add(-time.Minute))
+	ten.Status.Slices = []v1alpha1.Slice{
+		{Holder: "a-dead", Cluster: "a", Amounts: list("pods", "4"), Expires: expired},
+		{Holder: "b-dead", Cluster: "b", Amounts: list("pods", "4"), Expires: expired},
+	}
+	ten.Status.Clusters = []v1alpha1.ClusterUsage{{Name: "a", Used: list("pods", "2")}}
+	ten.Status.Used = list("pods", "2")
+	var hubCalls, bCalls calls
+	hubClient, _ := recClient(t, &hubCalls, nil, ten)
+	p := runningPod("team-a", "admitted", "1")
+	p.CreationTimestamp = metav1.NewTime(testNow.Add(-2 * time.Minute))
+	podsB, _ := recClient(t, &bCalls, nil, p.DeepCopy())
+	r, err := NewReconciler(ReconcilerOptions{
+		Client: podsB, Tenants: hubClient, Cluster: "b",
+		Pods: func() (PodSource, error) { return newFakeSource(), nil }, Directory: fakeDir{"team-a": nil}, TenantOf: tenantOf,
+		LeaseClient: kubefake.NewClientset(), LeaseNamespace: "sar-bridge",
+		Now: func() time.Time { return testNow }, Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := r.newTerm()
+	t.Cleanup(tm.queue.ShutDown)
+	tm.view.OnAdd("vk-1", p)
+	reconcileOK(t, tm, "team-a")
+
+	s := status(t, hubClient, "team-a")
+	if len(s.Slices) != 1 || s.Slices[0].Holder != "a-dead" {
+		t.Errorf("slices %+v, want a's alone (b's taken back)", s.Slices)
+	}
+	if len(s.Pending) != 1 || s.Pending[0].Name != "admitted" || s.Pending[0].Cluster != "b" {
+		t.Errorf("pending %+v, want b's pod admitted as b's charge", s.Pending)
+	}
+	wantUsed(t, s, "pods", "3")
+	if s.ClustersUsed != "a=2,b=1" {
+		t.Errorf("clustersUsed %q, want a=2,b=1", s.ClustersUsed)
 	}
 }
