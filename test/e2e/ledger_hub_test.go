@@ -63,7 +63,11 @@ func startHubCluster(t *testing.T, namespaces ...string) *cluster.Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := cluster.Start(cluster.Options{BinDir: binDir, WorkDir: filepath.Join(suite.workDir, "cluster-b")})
+	workDir, err := os.MkdirTemp(suite.workDir, "cluster-b-") // a fresh one each run (-count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cluster.Start(cluster.Options{BinDir: binDir, WorkDir: workDir})
 	if err != nil {
 		t.Fatal(err)
 	}
