@@ -293,10 +293,13 @@ type term struct {
 	r     *Reconciler
 	view  *podView
 	queue workqueue.TypedRateLimitingInterface[string]
+	// warned: tenants of a hub this reconciler, without a cluster name, was warned about
+	// (rounds run one at a time: no lock).
+	warned map[string]bool
 }
 
 func (r *Reconciler) newTerm() *term {
-	tm := &term{r: r, queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
+	tm := &term{r: r, queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()), warned: map[string]bool{}}
 	tm.view = newPodView(tm.namespaceChanged, func(reason string) { r.metrics.released.WithLabelValues(reason).Inc() })
 	return tm
 }

@@ -89,6 +89,12 @@ func (tm *term) reconcile(ctx context.Context, tenant string) error {
 		tm.r.metrics.reconciles.WithLabelValues(reconcileError).Inc()
 		return fmt.Errorf("reading OffloadTenant %s: %w", tenant, err)
 	}
+	if tm.r.opts.Cluster == "" && len(t.Status.Clusters) > 0 && !tm.warned[tenant] {
+		// A hub's tenant recounted by a bridge without a cluster name: the pods of this
+		// cluster that a named reconciler marked would count twice (docs/multicluster.md).
+		tm.warned[tenant] = true
+		level.Warn(tm.r.logger).Log("msg", "this tenant's ledger is a hub's (status.clusters) but this bridge has no --tenants.cluster-name: give every bridge that charges it a cluster name", "tenant", tenant, "clusters", t.Status.ClustersUsed)
+	}
 	tm.verifyVanished(ctx, tenant)
 	p := tm.plan(ctx, tenant, t.Status.Pending, tm.view.snapshot())
 	tm.confirm(ctx, tenant, p)
