@@ -24,6 +24,7 @@ var commands = map[string]command{
 	"discovery":       app.Discovery,      // CRDs that make kubectl auth can-i truthful
 	"helm-postrender": app.HelmPostRender, // add the bridge to interLink's chart
 	"ledger-marks":    app.LedgerMarks,    // the admission policy that keeps the ledger's pod marks to it
+	"tenants":         app.Tenants,        // release a member cluster that is gone from the hub's ledgers
 }
 
 // Files of the repository's root the commands need (go:embed reaches no parent directory).

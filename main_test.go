@@ -16,7 +16,7 @@ func TestCommands(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	if want := []string{"check", "discovery", "helm-postrender", "ledger-marks", "replay", "test", "who-can"}; !slices.Equal(names, want) {
+	if want := []string{"check", "discovery", "helm-postrender", "ledger-marks", "replay", "tenants", "test", "who-can"}; !slices.Equal(names, want) {
 		t.Errorf("commands %q, want %q", names, want)
 	}
 	app.SetFiles(app.Files{Release: release, LedgerMarks: ledgerMarks})

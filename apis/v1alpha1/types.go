@@ -28,6 +28,7 @@ import (
 // +kubebuilder:printcolumn:name="CPU used",type=string,JSONPath=`.status.used.cpu`,priority=1
 // +kubebuilder:printcolumn:name="CPU hard",type=string,JSONPath=`.spec.hard.cpu`,priority=1
 // +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pendingCount`
+// +kubebuilder:printcolumn:name="Clusters",type=string,JSONPath=`.status.clustersUsed`,priority=1,description="pods charged per member cluster (a hub's tenants)"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type OffloadTenant struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -116,6 +117,21 @@ type OffloadTenantStatus struct {
 	// +optional
 	Adopted *Adoption `json:"adopted,omitempty"`
 
+	// Clusters is the usage per member cluster when the OffloadTenants live in a hub
+	// that several clusters' bridges charge (--tenants.kubeconfig, --tenants.cluster-name):
+	// each cluster's elected reconciler recounts its own entry only, and Used is the sum
+	// of the entries (plus what bridges without a cluster name charged). Empty without
+	// a hub.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Clusters []ClusterUsage `json:"clusters,omitempty"`
+
+	// ClustersUsed sums Clusters up for kubectl get -o wide: the pods each member
+	// cluster holds, "a=3,b=7", sorted by name.
+	// +optional
+	ClustersUsed string `json:"clustersUsed,omitempty"`
+
 	// Conditions: Ready (the spec could be read and the ledger recalculated).
 	// +optional
 	// +listType=map
@@ -139,6 +155,26 @@ type Charge struct {
 	Amounts corev1.ResourceList `json:"amounts"`
 	// Time is when it was charged.
 	Time metav1.Time `json:"time"`
+	// Cluster is the member cluster whose bridge charged it (--tenants.cluster-name);
+	// only that cluster's reconciler confirms or releases it. Empty without a hub.
+	// +optional
+	Cluster string `json:"cluster,omitempty"`
+}
+
+// ClusterUsage is one member cluster's part of a hub's tenant.
+type ClusterUsage struct {
+	// Name is the member cluster's (--tenants.cluster-name).
+	Name string `json:"name"`
+	// Used is what the cluster's charged pods and pending charges hold.
+	// +optional
+	Used corev1.ResourceList `json:"used,omitempty"`
+	// NodesUsed is Used per virtual node of the cluster, for the nodes Spec.Nodes caps.
+	// +optional
+	NodesUsed map[string]corev1.ResourceList `json:"nodesUsed,omitempty"`
+	// Adopted is the cluster's last count of its running pods no charge covered
+	// (status.adopted's role, per cluster).
+	// +optional
+	Adopted *Adoption `json:"adopted,omitempty"`
 }
 
 // Adoption is one count of the pods already running that no charge covered.
@@ -163,6 +199,11 @@ type Slice struct {
 	Amounts corev1.ResourceList `json:"amounts"`
 	// Expires is when the slice returns unless its holder renews it.
 	Expires metav1.Time `json:"expires"`
+	// Cluster is the member cluster of the holder (--tenants.cluster-name): only that
+	// cluster's reconciler, which sees its pods, takes the slice back once it expired.
+	// Empty without a hub.
+	// +optional
+	Cluster string `json:"cluster,omitempty"`
 }
 
 // OffloadTenantList is a list of OffloadTenants.

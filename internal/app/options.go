@@ -44,6 +44,7 @@ Usage: sar-bridge [flags]                serve (the default)
        sar-bridge discovery --group G     CRDs that make kubectl auth can-i truthful
        sar-bridge helm-postrender [flags] add the bridge to interLink's chart (Helm post-renderer)
        sar-bridge ledger-marks            the admission policy that keeps the quota ledger's pod marks to it
+       sar-bridge tenants release-cluster NAME   remove a member cluster that is gone from a hub's ledgers
        sar-bridge --version
 Each command explains itself with --help.
 

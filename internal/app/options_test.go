@@ -67,6 +67,11 @@ func TestOptionsValidate(t *testing.T) {
 		{"empty VK field manager", func() concern { return &decisionOptions{} }, []string{"--interlink.vk-field-managers=vk,,x"}, "--interlink.vk-field-managers: empty field manager name"},
 		{"interlink plugin without listen", func() concern { return &interlinkConfig{} }, []string{"--interlink.plugin-url=http://p"}, "--interlink.plugin-url needs --interlink.listen"},
 		{"admission bad identity", func() concern { return &admissionConfig{} }, []string{"--admission.identity=x"}, "--admission.identity"},
+		{"hub off", func() concern { return &hubOptions{} }, nil, ""},
+		{"hub without a cluster name", func() concern { return &hubOptions{} }, []string{"--tenants.kubeconfig=/hub"}, "--tenants.kubeconfig needs --tenants.cluster-name"},
+		{"hub member", func() concern { return &hubOptions{} }, []string{"--tenants.kubeconfig=/hub", "--tenants.cluster-name=site-b"}, ""},
+		{"hub itself a member", func() concern { return &hubOptions{} }, []string{"--tenants.cluster-name=a"}, ""},
+		{"hub bad cluster name", func() concern { return &hubOptions{} }, []string{"--tenants.kubeconfig=/hub", "--tenants.cluster-name=Site_B"}, `--tenants.cluster-name "Site_B" is not a DNS-1123 label`},
 		{"admission zero timeout", func() concern { return &admissionConfig{} }, []string{"--admission.timeout=0"}, "--admission.timeout must be positive"},
 	}
 	for _, tt := range tests {

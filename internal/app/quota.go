@@ -41,6 +41,7 @@ type quotaOptions struct {
 	maxPending     int
 	slices         bool
 	reservationTTL time.Duration // deprecated: no effect
+	hub            hubOptions    // --tenants.*: the OffloadTenants of a hub (hub.go)
 }
 
 func (o *quotaOptions) addFlags(fs *flag.FlagSet) {
@@ -52,6 +53,7 @@ func (o *quotaOptions) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.slices, "quota.slices", true, "Charge creates in memory against a slice of a tenant's remaining quota that this replica holds (status.slices, renewed like a Lease, reported and refilled in batched writes: a few writes per hundred creates). Off: every create is charged with a status write of its own batch, as before slices; slower, and free of the slices' assumption that the replicas' clocks agree within about 4s.")
 	fs.DurationVar(&o.reservationTTL, "quota.reservation-ttl", 0, "No effect: usage is the OffloadTenant ledger now.")
 	_ = fs.MarkDeprecated("quota.reservation-ttl", "usage is the OffloadTenant ledger now (docs/tenants.md, \"Tenant offload quotas\"); the flag has no effect")
+	o.hub.addFlags(fs)
 }
 
 // sliceOptions turns quota slices on for this replica (its identity as their holder)
@@ -74,7 +76,7 @@ func (o *quotaOptions) validate() error {
 	case o.leaseNamespace == "":
 		return errors.New("--quota.lease-namespace must name a namespace")
 	}
-	return nil
+	return o.hub.validate()
 }
 
 // quotaParts is what the decisions read and charge.
@@ -108,15 +110,24 @@ func (p quotaParts) waitStopped(timeout time.Duration) {
 // decisions to them and campaigns for the reconciler.
 func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeClient kubernetes.Interface, view *kube.ClusterView,
 	mappings *mapping.Source, use coreUse, tenantLabel string, resync time.Duration, logger log.Logger, reg prometheus.Registerer) (quotaParts, error) {
-	served, err := tenantsServed(kubeClient)
+	// The OffloadTenants (directory, ledger writes, the reconciler's status writes) are
+	// the hub's; pods, their marks and the Lease stay this cluster's.
+	hubc, err := o.hub.connect(restConfig, kubeClient)
 	if err != nil {
 		return quotaParts{}, err
 	}
+	served, err := tenantsServed(hubc.client)
+	if err != nil {
+		if hubc.where != "" {
+			err = fmt.Errorf("%s: %w", hubc.where, err)
+		}
+		return quotaParts{}, err
+	}
 	if !served {
-		level.Warn(logger).Log("msg", "the OffloadTenant CRD (offloadtenants.sar-bridge.io) is not installed: tenants are those of the flags and mapping file, none has a quota; install it (manifests/crds) and restart")
+		level.Warn(logger).Log("msg", "the OffloadTenant CRD (offloadtenants.sar-bridge.io) is not installed: tenants are those of the flags and mapping file, none has a quota; install it (manifests/crds) and restart", "hub", hubc.where)
 		return quotaParts{}, nil
 	}
-	dyn, err := dynamic.NewForConfig(restConfig)
+	dyn, err := dynamic.NewForConfig(hubc.config)
 	if err != nil {
 		return quotaParts{}, fmt.Errorf("OffloadTenants: %w", err)
 	}
@@ -131,10 +142,17 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 	}
 	if !use.serving() {
 		// Decided against the ledger's usage, charged nothing (no client to write with).
-		return quotaParts{directory: dir, ledger: tenants.NewLedger(nil, kube.NewPodReader(kubeClient, kube.DefaultRetryBackoff), tenants.LedgerOptions{})}, nil
+		return quotaParts{directory: dir, ledger: tenants.NewLedger(nil, kube.NewPodReader(kubeClient, kube.DefaultRetryBackoff), tenants.LedgerOptions{Cluster: o.hub.cluster})}, nil
 	}
 	targets := use.targets
+	if err := o.hub.claim(ctx, hubc, kubeClient, restConfig.Host, o.leaseNamespace); err != nil {
+		return quotaParts{}, err
+	}
 	c, err := ledgerClient(restConfig)
+	if err != nil {
+		return quotaParts{}, err
+	}
+	tc, err := ledgerClient(hubc.config)
 	if err != nil {
 		return quotaParts{}, err
 	}
@@ -148,9 +166,9 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 	// The decisions' ledger writes (a few per hundred creates with slices) get a token
 	// bucket of their own, of --kube.qps's size: behind the reconciler's pod patches (one
 	// a confirmed pod) they would wait seconds in a burst, and the creates with them.
-	decisionsConfig := rest.CopyConfig(restConfig)
-	if restConfig.QPS > 0 {
-		decisionsConfig.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(restConfig.QPS, restConfig.Burst)
+	decisionsConfig := rest.CopyConfig(hubc.config)
+	if hubc.config.QPS > 0 {
+		decisionsConfig.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(hubc.config.QPS, hubc.config.Burst)
 	}
 	lc, err := ledgerClient(decisionsConfig)
 	if err != nil {
@@ -173,14 +191,14 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 	}
 	ledger := tenants.NewLedger(lc, pods, tenants.LedgerOptions{MaxPending: o.maxPending, Registerer: reg,
 		Running: running, TenantOf: tenantOf, // the reconciler's mapping: both count the same pods
-		Slices: o.sliceOptions(identity)})
+		Slices: o.sliceOptions(identity), Cluster: o.hub.cluster, Hub: hubc.where})
 	// A tenant given a quota has its running pods counted at once, not in the path of
 	// its first create.
 	if err := dir.OnChange(ledger.Observe); err != nil {
 		return quotaParts{}, err
 	}
 	r, err := tenants.NewReconciler(tenants.ReconcilerOptions{
-		Client: c,
+		Client: c, Tenants: tc, Cluster: o.hub.cluster,
 		Pods: func() (tenants.PodSource, error) {
 			return virtualpods.New(virtualpods.Options{Client: kubeClient, Nodes: shared.Nodes().Informer(),
 				IsVirtual: targets.IsVirtual, Resync: resync, Transform: tenants.PodTransform})
@@ -199,7 +217,8 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 			level.Error(logger).Log("msg", "ledger reconciler stopped", "err", err)
 		}
 	}()
-	level.Info(logger).Log("msg", "offload quotas: charging OffloadTenant ledgers; campaigning for the reconciler", "lease", o.leaseNamespace+"/"+tenants.DefaultLeaseName, "identity", r.Identity())
+	level.Info(logger).Log("msg", "offload quotas: charging OffloadTenant ledgers; campaigning for the reconciler", "lease", o.leaseNamespace+"/"+tenants.DefaultLeaseName, "identity", r.Identity(),
+		"hub", hubc.where, "cluster", o.hub.cluster)
 	return quotaParts{directory: dir, ledger: ledger, stopped: stopped}, nil
 }
 

@@ -43,8 +43,9 @@ const maxAdoptedNames = 10
 
 // needsAdoption says whether the tenant's ledger has not counted, for its current spec,
 // the pods already running.
-func needsAdoption(t *v1alpha1.OffloadTenant) bool {
-	return t.Status.Adopted == nil || t.Status.Adopted.Generation < t.Generation
+func needsAdoption(t *v1alpha1.OffloadTenant, cluster string) bool {
+	a := adoption(&t.Status, cluster)
+	return a == nil || a.Generation < t.Generation
 }
 
 // Observe is called with every OffloadTenant the bridge's directory sees added or
@@ -56,7 +57,7 @@ func needsAdoption(t *v1alpha1.OffloadTenant) bool {
 // count that fails (the views not synced yet, the API unreachable) is left to the first
 // charge, as before. A ledger that cannot write (check, who-can) does nothing.
 func (l *Ledger) Observe(t *v1alpha1.OffloadTenant) {
-	if l.client == nil || len(t.Spec.Hard) == 0 && len(t.Spec.Nodes) == 0 || !needsAdoption(t) {
+	if l.client == nil || len(t.Spec.Hard) == 0 && len(t.Spec.Nodes) == 0 || !needsAdoption(t, l.opts.Cluster) {
 		return
 	}
 	l.mu.Lock()
@@ -77,7 +78,7 @@ func (l *Ledger) adopt(ctx context.Context, t *v1alpha1.OffloadTenant) (changed 
 
 // adoptPods is adopt without the error's context.
 func (l *Ledger) adoptPods(ctx context.Context, t *v1alpha1.OffloadTenant) (changed bool, err error) {
-	if !needsAdoption(t) {
+	if !needsAdoption(t, l.opts.Cluster) {
 		return false, nil
 	}
 	if l.opts.Running == nil || l.opts.TenantOf == nil {
@@ -87,7 +88,7 @@ func (l *Ledger) adoptPods(ctx context.Context, t *v1alpha1.OffloadTenant) (chan
 	if err != nil {
 		return false, err
 	}
-	found := adoptable(t, pods, l.opts.TenantOf)
+	found := adoptable(t, l.opts.Cluster, pods, l.opts.TenantOf)
 	if n := len(t.Status.Pending) + len(found); len(found) > 0 && n > l.opts.MaxPending {
 		return false, fmt.Errorf("%d running pods no charge covers and %d charges pending are over the %d unconfirmed charges the ledger may hold (--quota.max-pending)", len(found), len(t.Status.Pending), l.opts.MaxPending)
 	}
@@ -95,21 +96,24 @@ func (l *Ledger) adoptPods(ctx context.Context, t *v1alpha1.OffloadTenant) (chan
 	a := &v1alpha1.Adoption{Generation: t.Generation, Time: metav1.NewTime(now), Pods: int32(len(found))}
 	for _, p := range found {
 		amounts := PodAmounts(p)
-		charge(t, Request{Tenant: t.Name, UID: p.UID, Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Amounts: amounts}, now)
+		charge(t, l.opts.Cluster, Request{Tenant: t.Name, UID: p.UID, Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Amounts: amounts}, now)
 		if len(a.Names) < maxAdoptedNames {
 			a.Names = append(a.Names, p.Namespace+"/"+p.Name)
 		}
 	}
-	t.Status.Adopted = a
+	setAdoption(&t.Status, l.opts.Cluster, a)
 	return true, nil
 }
 
 // adoptable lists, sorted by namespace and name, the pods of t's namespaces that run
-// and that no charge covers.
-func adoptable(t *v1alpha1.OffloadTenant, pods []*corev1.Pod, tenantOf func(namespace string) string) []*corev1.Pod {
+// and that no charge of the cluster covers.
+func adoptable(t *v1alpha1.OffloadTenant, cluster string, pods []*corev1.Pod, tenantOf func(namespace string) string) []*corev1.Pod {
 	uids := make(map[types.UID]bool, len(t.Status.Pending))
 	names := make(map[types.NamespacedName]bool, len(t.Status.Pending))
 	for _, c := range t.Status.Pending {
+		if c.Cluster != cluster {
+			continue
+		}
 		if c.UID != "" {
 			uids[c.UID] = true
 		} else {

@@ -49,7 +49,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
@@ -235,7 +234,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	var generation int64
 	lost, wrote, refreeze, nearEnd := false, false, false, false
 	written, adoptedPods := 0, 0
-	err := retry.RetryOnConflict(l.opts.Retry, func() error {
+	err := RetryOnConflict(l.opts.Retry, func() error {
 		written, wrote, grant, refreeze, adoptedPods = 0, false, nil, false, 0
 		var t v1alpha1.OffloadTenant
 		if err := l.client.Get(ctx, client.ObjectKey{Name: tenant}, &t); err != nil {
@@ -263,14 +262,14 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		// bridge, a report that landed though its answer was lost) gives its room back.
 		returned = corev1.ResourceList{}
 		for k, r := range reports {
-			if confirmed[k] || pendingIndex(t.Status.Pending, r) >= 0 {
+			if confirmed[k] || pendingIndex(t.Status.Pending, l.opts.Cluster, r) >= 0 {
 				if i >= 0 {
 					returned = add(returned, restrict(r.Amounts, room))
 				}
 				continue
 			}
 			room = Sub(room, r.Amounts)
-			charge(&t, r, now)
+			charge(&t, l.opts.Cluster, r, now)
 			changed++
 		}
 		// A duplicate's room was never taken from the slice as stored (room = free +
@@ -279,7 +278,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 			// Under the spec as it is now, and (I) whatever happened meanwhile.
 			room = clampRoom(&t, opts.Holder, restrict(room, t.Spec.Hard))
 		}
-		setRoom(&t, opts.Holder, room)
+		setRoom(&t, opts.Holder, l.opts.Cluster, room)
 		// Creates the slice did not cover: from the slice (frozen: nothing else takes
 		// from it), else from the room no slice holds, else they wait for slices to be
 		// used or returned (this one's by a frozen write next).
@@ -290,19 +289,19 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 				continue
 			}
 			switch {
-			case confirmed[len(reports)+k] || pendingIndex(t.Status.Pending, w.req) >= 0:
+			case confirmed[len(reports)+k] || pendingIndex(t.Status.Pending, l.opts.Cluster, w.req) >= 0:
 				already[k] = true
 			case len(t.Status.Pending) >= l.opts.MaxPending:
 				results[k] = fmt.Errorf("the ledger of tenant %q holds %d unconfirmed charges (is the reconciler running?)", tenant, len(t.Status.Pending))
 			case frozen && len(t.Spec.Nodes) == 0 && !isZero(room) && covers(room, w.req.Amounts):
 				room = Sub(room, w.req.Amounts)
-				setRoom(&t, opts.Holder, room)
-				charge(&t, w.req, now)
+				setRoom(&t, opts.Holder, l.opts.Cluster, room)
+				charge(&t, l.opts.Cluster, w.req, now)
 				changed++
 			default:
 				refusal := fits(&t, w.req)
 				if refusal == nil {
-					charge(&t, w.req, now)
+					charge(&t, l.opts.Cluster, w.req, now)
 					changed++
 					continue
 				}
@@ -332,7 +331,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 			}
 		}
 		room = add(room, grant)
-		setRoom(&t, opts.Holder, room)
+		setRoom(&t, opts.Holder, l.opts.Cluster, room)
 		renew := i >= 0 && !now.Before(expires.Add(-opts.Lease/2))
 		if changed == 0 && len(grant) == 0 && !renew && !(frozen && i >= 0) && !adopted {
 			return nil // nothing to record
@@ -361,7 +360,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		l.armLocked(tenant, st)
 		for k := range results {
 			if results[k] == nil || isWaitingOthers(results[k]) {
-				results[k] = fmt.Errorf("charging tenant %q: %w", tenant, err)
+				results[k] = l.chargeError(tenant, err)
 			}
 		}
 		return results
@@ -471,7 +470,7 @@ func sliceIndex(slices []v1alpha1.Slice, holder string) int {
 
 // setRoom records the holder's slice room in t (removed when it holds nothing; the
 // expiry of an existing one kept).
-func setRoom(t *v1alpha1.OffloadTenant, holder string, room corev1.ResourceList) {
+func setRoom(t *v1alpha1.OffloadTenant, holder, cluster string, room corev1.ResourceList) {
 	i := sliceIndex(t.Status.Slices, holder)
 	switch {
 	case isZero(room) && i >= 0:
@@ -480,7 +479,7 @@ func setRoom(t *v1alpha1.OffloadTenant, holder string, room corev1.ResourceList)
 	case i >= 0:
 		t.Status.Slices[i].Amounts = room.DeepCopy()
 	default:
-		t.Status.Slices = append(t.Status.Slices, v1alpha1.Slice{Holder: holder, Amounts: room.DeepCopy()})
+		t.Status.Slices = append(t.Status.Slices, v1alpha1.Slice{Holder: holder, Amounts: room.DeepCopy(), Cluster: cluster})
 	}
 }
 

@@ -37,7 +37,9 @@ func (tm *term) planReclaim(ctx context.Context, tenant string, t *v1alpha1.Offl
 	var rc *reclaim
 	var latest time.Time
 	for _, s := range t.Status.Slices {
-		if now.After(s.Expires.Add(ReclaimGrace)) {
+		// Another cluster's slice: its pods, which its holder may have admitted, are
+		// out of sight; that cluster's reconciler takes it back.
+		if s.Cluster == tm.r.opts.Cluster && now.After(s.Expires.Add(ReclaimGrace)) {
 			if rc == nil {
 				rc = &reclaim{holders: map[string]bool{}}
 			}
@@ -59,7 +61,7 @@ func (tm *term) planReclaim(ctx context.Context, tenant string, t *v1alpha1.Offl
 			p := &pods.Items[i]
 			req := Request{UID: p.UID, Namespace: p.Namespace, Name: p.Name}
 			switch {
-			case podEnded(p), p.Labels[ChargedLabel] == tenant, pendingIndex(t.Status.Pending, req) >= 0,
+			case podEnded(p), p.Labels[ChargedLabel] == tenant, pendingIndex(t.Status.Pending, tm.r.opts.Cluster, req) >= 0,
 				p.CreationTimestamp.After(latest.Add(time.Second)):
 				continue
 			case p.Spec.NodeName != "" && snap.find(chargeID{uid: p.UID}) == nil:
@@ -68,7 +70,7 @@ func (tm *term) planReclaim(ctx context.Context, tenant string, t *v1alpha1.Offl
 				continue
 			}
 			rc.adopt = append(rc.adopt, v1alpha1.Charge{UID: p.UID, Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
-				Amounts: PodAmounts(p), Time: metav1.NewTime(now)})
+				Amounts: PodAmounts(p), Time: metav1.NewTime(now), Cluster: tm.r.opts.Cluster})
 		}
 	}
 	return rc, nil
@@ -113,7 +115,7 @@ func toleratesVirtual(p *corev1.Pod) bool {
 // apply drops the expired slices (still expired in s: a holder that renewed keeps its
 // own) and, when it dropped any, adds the adopted pods as pending charges, recalculating
 // usage.
-func (rc *reclaim) apply(s *v1alpha1.OffloadTenantStatus, spec *v1alpha1.OffloadTenantSpec, held []holding, now time.Time) {
+func (rc *reclaim) apply(s *v1alpha1.OffloadTenantStatus, spec *v1alpha1.OffloadTenantSpec, cluster string, held []holding, now time.Time) {
 	if rc == nil {
 		return
 	}
@@ -131,10 +133,11 @@ func (rc *reclaim) apply(s *v1alpha1.OffloadTenantStatus, spec *v1alpha1.Offload
 	}
 	s.Slices = kept
 	for _, c := range rc.adopt {
-		if pendingIndex(s.Pending, Request{UID: c.UID, Namespace: c.Namespace, Name: c.Name}) < 0 {
+		if pendingIndex(s.Pending, cluster, Request{UID: c.UID, Namespace: c.Namespace, Name: c.Name}) < 0 {
 			s.Pending = append(s.Pending, *c.DeepCopy())
 		}
 	}
 	s.PendingCount = int32(len(s.Pending))
-	s.Used, s.NodesUsed = usage(spec, s.Pending, held)
+	used, nodes := usage(spec, ofCluster(s.Pending, cluster), held)
+	setUsage(s, spec, cluster, used, nodes)
 }

@@ -27,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
@@ -89,6 +88,12 @@ type LedgerOptions struct {
 	// Slices turns the escrow on (escrow.go): creates charged in memory against a
 	// slice of the quota this bridge holds.
 	Slices SliceOptions
+	// Cluster is the member cluster this bridge charges for when the OffloadTenants
+	// live in a hub (clusters.go); "" without a hub.
+	Cluster string
+	// Hub names the hub in the errors of writes that fail ("" without a hub): a create
+	// that cannot be charged says where the ledger it could not reach is.
+	Hub string
 }
 
 // Defaults of LedgerOptions.
@@ -261,7 +266,7 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 	wrote := false                      // a write landed (charges, an adoption or both)
 	adoptedPods := 0                    // pods the write that landed adopted
 	already := make([]bool, len(batch)) // charged before, by any bridge or front door
-	err := retry.RetryOnConflict(l.opts.Retry, func() error {
+	err := RetryOnConflict(l.opts.Retry, func() error {
 		written, wrote, adoptedPods = 0, false, 0
 		copy(results, readErrs) // nothing decided by an earlier attempt stands
 		var t v1alpha1.OffloadTenant
@@ -279,7 +284,7 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 				continue
 			}
 			switch {
-			case confirmed[i] || pendingIndex(t.Status.Pending, w.req) >= 0:
+			case confirmed[i] || pendingIndex(t.Status.Pending, l.opts.Cluster, w.req) >= 0:
 				already[i] = true
 			case len(t.Status.Pending) >= l.opts.MaxPending:
 				results[i] = fmt.Errorf("the ledger of tenant %q holds %d unconfirmed charges (is the reconciler running?)", tenant, len(t.Status.Pending))
@@ -288,7 +293,7 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 					results[i] = refusal
 					continue
 				}
-				charge(&t, w.req, l.opts.Now())
+				charge(&t, l.opts.Cluster, w.req, l.opts.Now())
 				changed++
 			}
 		}
@@ -304,7 +309,7 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 		l.metrics.writes.WithLabelValues("error").Inc()
 		for i := range results {
 			if results[i] == nil { // would have been charged: no allow without the write
-				results[i] = fmt.Errorf("charging tenant %q: %w", tenant, err)
+				results[i] = l.chargeError(tenant, err)
 			}
 		}
 		return results
@@ -334,6 +339,14 @@ func (l *Ledger) write(ctx context.Context, tenant string, batch []*waiter) []er
 	return results
 }
 
+// chargeError is a failed write's error, naming the hub when there is one.
+func (l *Ledger) chargeError(tenant string, err error) error {
+	if l.opts.Hub != "" {
+		return fmt.Errorf("charging tenant %q in its ledger on %s: %w", tenant, l.opts.Hub, err)
+	}
+	return fmt.Errorf("charging tenant %q: %w", tenant, err)
+}
+
 // alreadyConfirmed reads a stored pod's confirmation label: a relay's create of a pod the
 // validating webhook charged comes after the reconciler may have confirmed it.
 func (l *Ledger) alreadyConfirmed(ctx context.Context, req Request) (bool, error) {
@@ -351,7 +364,7 @@ func (l *Ledger) alreadyConfirmed(ctx context.Context, req Request) (bool, error
 // of it, or the reconciler's confirmation on the stored pod (req.Exists). The pod decided
 // is never part of its own usage, so a decision subtracts it from what it checks.
 func (l *Ledger) Prior(ctx context.Context, t *v1alpha1.OffloadTenant, req Request) (corev1.ResourceList, error) {
-	if i := pendingIndex(t.Status.Pending, req); i >= 0 {
+	if i := pendingIndex(t.Status.Pending, l.opts.Cluster, req); i >= 0 {
 		return t.Status.Pending[i].Amounts, nil
 	}
 	if !l.readsPod(req) {
@@ -397,10 +410,14 @@ func isRefusal(err error) bool {
 	return errors.As(err, &r)
 }
 
-// pendingIndex finds req's charge among the pending ones: by UID when both know it,
-// else by namespace and name.
-func pendingIndex(pending []v1alpha1.Charge, req Request) int {
+// pendingIndex finds req's charge among the pending ones of the cluster: by UID when
+// both know it, else by namespace and name. Another cluster's pod of the same name is
+// another pod.
+func pendingIndex(pending []v1alpha1.Charge, cluster string, req Request) int {
 	for i, c := range pending {
+		if c.Cluster != cluster {
+			continue
+		}
 		if req.UID != "" && c.UID != "" {
 			if c.UID == req.UID {
 				return i
@@ -448,12 +465,13 @@ func over(tenant string, hard, used, amounts corev1.ResourceList, where, quota s
 	return &Refusal{Message: strings.Join(msgs, "; ")}
 }
 
-// charge adds req to the tenant's pending charges and usage.
-func charge(t *v1alpha1.OffloadTenant, req Request, now time.Time) {
+// charge adds req to the tenant's pending charges and usage, the cluster's included.
+func charge(t *v1alpha1.OffloadTenant, cluster string, req Request, now time.Time) {
 	t.Status.Pending = append(t.Status.Pending, v1alpha1.Charge{
 		UID: req.UID, Namespace: req.Namespace, Name: req.Name, Node: req.Node,
-		Amounts: req.Amounts.DeepCopy(), Time: metav1.NewTime(now),
+		Amounts: req.Amounts.DeepCopy(), Time: metav1.NewTime(now), Cluster: cluster,
 	})
+	chargeCluster(t, cluster, req)
 	t.Status.PendingCount = int32(len(t.Status.Pending))
 	t.Status.Used = add(t.Status.Used, req.Amounts)
 	if _, capped := t.Spec.Nodes[req.Node]; capped && req.Node != "" {
@@ -495,7 +513,7 @@ func (l *Ledger) updateStatus(ctx context.Context, t *v1alpha1.OffloadTenant, ad
 		l.metrics.writes.WithLabelValues("conflict").Inc()
 	}
 	if err == nil && adopted {
-		adoptedPods = int(t.Status.Adopted.Pods)
+		adoptedPods = int(adoption(&t.Status, l.opts.Cluster).Pods)
 		l.metrics.counts.Inc()
 	}
 	return adoptedPods, err

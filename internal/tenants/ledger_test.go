@@ -163,7 +163,7 @@ func TestLedgerConflicts(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		charge(&o, onePod("other-bridge"), time.Now())
+		charge(&o, "", onePod("other-bridge"), time.Now())
 		if err := c.Status().Update(ctx, &o); err != nil {
 			t.Error(err)
 		}

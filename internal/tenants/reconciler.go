@@ -80,8 +80,15 @@ const (
 // ReconcilerOptions configures a Reconciler.
 type ReconcilerOptions struct {
 	// Client reads and writes live (never from a cache): OffloadTenants (get, status
-	// update) and pods (get, patch). Its scheme must know both.
+	// update) and pods (get, list, patch). Its scheme must know both.
 	Client client.Client
+	// Tenants, when set, reads and writes the OffloadTenants instead of Client: a hub's
+	// (--tenants.kubeconfig), while the pods stay this cluster's.
+	Tenants client.Client
+	// Cluster is this member cluster's name when the OffloadTenants live in a hub: the
+	// reconciler confirms, releases and recounts only the charges, slices and usage of
+	// this cluster (clusters.go). "" without a hub.
+	Cluster string
 	// Pods returns a new source of the pods of virtual nodes, for one leadership term:
 	// a virtualpods.Follower with Transform: PodTransform. It is started when the term
 	// begins and stopped when it ends, so replicas that do not lead follow no pods.
@@ -147,6 +154,9 @@ func NewReconciler(opts ReconcilerOptions) (*Reconciler, error) {
 		return nil, errors.New("ledger reconciler: no namespace-to-tenant mapping")
 	case opts.LeaseClient == nil || opts.LeaseNamespace == "":
 		return nil, errors.New("ledger reconciler: no lease client or lease namespace")
+	}
+	if opts.Tenants == nil {
+		opts.Tenants = opts.Client
 	}
 	if err := opts.defaults(); err != nil {
 		return nil, err
@@ -283,10 +293,13 @@ type term struct {
 	r     *Reconciler
 	view  *podView
 	queue workqueue.TypedRateLimitingInterface[string]
+	// warned: tenants of a hub this reconciler, without a cluster name, was warned about
+	// (rounds run one at a time: no lock).
+	warned map[string]bool
 }
 
 func (r *Reconciler) newTerm() *term {
-	tm := &term{r: r, queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
+	tm := &term{r: r, queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()), warned: map[string]bool{}}
 	tm.view = newPodView(tm.namespaceChanged, func(reason string) { r.metrics.released.WithLabelValues(reason).Inc() })
 	return tm
 }

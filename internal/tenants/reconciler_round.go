@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
@@ -51,13 +50,14 @@ func idOf(c v1alpha1.Charge) chargeID {
 // removed after a conflict is exactly the one the round resolved, never a newer charge
 // of the same pod.
 type chargeKey struct {
-	id   chargeID
-	node string
-	time int64 // seconds: what the API keeps of a metav1.Time
+	id      chargeID
+	node    string
+	time    int64 // seconds: what the API keeps of a metav1.Time
+	cluster string
 }
 
 func keyOf(c v1alpha1.Charge) chargeKey {
-	return chargeKey{id: idOf(c), node: c.Node, time: c.Time.Unix()}
+	return chargeKey{id: idOf(c), node: c.Node, time: c.Time.Unix(), cluster: c.Cluster}
 }
 
 // toConfirm is a pod seen running with one or more pending charges of the tenant.
@@ -82,12 +82,18 @@ func (tm *term) reconcile(ctx context.Context, tenant string) error {
 		return nil // no quota (any more): nothing charges it
 	}
 	var t v1alpha1.OffloadTenant
-	if err := tm.r.opts.Client.Get(ctx, client.ObjectKey{Name: tenant}, &t); err != nil {
+	if err := tm.r.opts.Tenants.Get(ctx, client.ObjectKey{Name: tenant}, &t); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil // deleted since the directory saw it
 		}
 		tm.r.metrics.reconciles.WithLabelValues(reconcileError).Inc()
 		return fmt.Errorf("reading OffloadTenant %s: %w", tenant, err)
+	}
+	if tm.r.opts.Cluster == "" && len(t.Status.Clusters) > 0 && !tm.warned[tenant] {
+		// A hub's tenant recounted by a bridge without a cluster name: the pods of this
+		// cluster that a named reconciler marked would count twice (docs/multicluster.md).
+		tm.warned[tenant] = true
+		level.Warn(tm.r.logger).Log("msg", "this tenant's ledger is a hub's (status.clusters) but this bridge has no --tenants.cluster-name: give every bridge that charges it a cluster name", "tenant", tenant, "clusters", t.Status.ClustersUsed)
 	}
 	tm.verifyVanished(ctx, tenant)
 	p := tm.plan(ctx, tenant, t.Status.Pending, tm.view.snapshot())
@@ -118,11 +124,15 @@ func (tm *term) reconcile(ctx context.Context, tenant string) error {
 // ended is released; a pod not seen keeps its charge unless the charge is older than
 // the pending timeout and the API, asked now, has no such pod running. An informer that
 // has not seen a pod never releases its charge: it may not have seen it yet
-// (kubernetes#123434).
+// (kubernetes#123434). Only this cluster's charges are sorted: another cluster's pods
+// are out of sight.
 func (tm *term) plan(ctx context.Context, tenant string, pending []v1alpha1.Charge, snap *podSnapshot) *plan {
 	p := &plan{confirm: map[types.UID]*toConfirm{}, released: map[chargeKey]string{}, resolved: map[chargeKey]bool{}}
 	now := tm.r.opts.Now()
 	for _, c := range pending {
+		if c.Cluster != tm.r.opts.Cluster {
+			continue
+		}
 		rec := snap.find(idOf(c))
 		if rec != nil && rec.terminated && c.UID == "" {
 			// An ended pod of that name, but the charge names no UID: it may be for a
@@ -275,21 +285,21 @@ func (tm *term) mark(ctx context.Context, rec *podRecord, tenant string, amounts
 func (tm *term) write(ctx context.Context, first *v1alpha1.OffloadTenant, resolved map[chargeKey]bool, held []holding, rc *reclaim) (written bool, err error) {
 	t := first
 	attempts := 0
-	err = retry.RetryOnConflict(tm.r.opts.Retry, func() error {
+	err = RetryOnConflict(tm.r.opts.Retry, func() error {
 		written = false
 		if attempts++; attempts > 1 {
 			t = &v1alpha1.OffloadTenant{}
-			if err := tm.r.opts.Client.Get(ctx, client.ObjectKey{Name: first.Name}, t); err != nil {
+			if err := tm.r.opts.Tenants.Get(ctx, client.ObjectKey{Name: first.Name}, t); err != nil {
 				return err
 			}
 		}
-		next := desiredStatus(t, resolved, held)
-		rc.apply(&next, &t.Spec, held, tm.r.opts.Now())
+		next := desiredStatus(t, tm.r.opts.Cluster, resolved, held)
+		rc.apply(&next, &t.Spec, tm.r.opts.Cluster, held, tm.r.opts.Now())
 		if equality.Semantic.DeepEqual(next, t.Status) {
 			return nil
 		}
 		t.Status = next
-		if err := tm.r.opts.Client.Status().Update(ctx, t); err != nil {
+		if err := tm.r.opts.Tenants.Status().Update(ctx, t); err != nil {
 			if apierrors.IsConflict(err) {
 				tm.r.metrics.conflicts.Inc()
 			}
@@ -301,9 +311,9 @@ func (tm *term) write(ctx context.Context, first *v1alpha1.OffloadTenant, resolv
 	return written, err
 }
 
-// desiredStatus is the tenant's status once the resolved charges are gone and usage is
-// recalculated: the pods held plus the charges still pending.
-func desiredStatus(t *v1alpha1.OffloadTenant, resolved map[chargeKey]bool, held []holding) v1alpha1.OffloadTenantStatus {
+// desiredStatus is the tenant's status once the resolved charges are gone and the
+// cluster's usage is recalculated: the pods held plus the cluster's charges still pending.
+func desiredStatus(t *v1alpha1.OffloadTenant, cluster string, resolved map[chargeKey]bool, held []holding) v1alpha1.OffloadTenantStatus {
 	s := *t.Status.DeepCopy()
 	s.Pending = nil
 	for _, c := range t.Status.Pending {
@@ -312,7 +322,8 @@ func desiredStatus(t *v1alpha1.OffloadTenant, resolved map[chargeKey]bool, held 
 		}
 	}
 	s.PendingCount = int32(len(s.Pending))
-	s.Used, s.NodesUsed = usage(&t.Spec, s.Pending, held)
+	used, nodes := usage(&t.Spec, ofCluster(s.Pending, cluster), held)
+	setUsage(&s, &t.Spec, cluster, used, nodes)
 	s.ObservedGeneration = t.Generation
 	meta.SetStatusCondition(&s.Conditions, readyCondition(t))
 	return s
@@ -350,6 +361,17 @@ func usage(spec *v1alpha1.OffloadTenantSpec, pending []v1alpha1.Charge, held []h
 		}
 	}
 	return used, nodes
+}
+
+// ofCluster is the charges of the cluster.
+func ofCluster(pending []v1alpha1.Charge, cluster string) []v1alpha1.Charge {
+	out := make([]v1alpha1.Charge, 0, len(pending))
+	for _, c := range pending {
+		if c.Cluster == cluster {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func zeros(hard corev1.ResourceList) corev1.ResourceList {

@@ -282,6 +282,52 @@ func TestChartImage(t *testing.T) {
 	}
 }
 
+// TestChartHubMember: tenants.clusterName and tenants.hubKubeconfigSecret make the bridge
+// a member of a hub (docs/multicluster.md): its flags, and the Secret's kubeconfig
+// mounted read-only; without them the bridge gets neither.
+func TestChartHubMember(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantArgs []string
+		mounted  bool
+	}{
+		{"no hub", nil, nil, false},
+		{"the hub itself", []string{"--set-string", "tenants.clusterName=site-a"}, []string{"--tenants.cluster-name=site-a"}, false},
+		{"a member", []string{"--set-string", "tenants.clusterName=site-b,tenants.hubKubeconfigSecret=hub"},
+			[]string{"--tenants.kubeconfig=/etc/sar-bridge/hub/kubeconfig", "--tenants.cluster-name=site-b"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := findIn[appsv1.Deployment](t, renderChart(t, "hub", "hub", tc.args...), "Deployment", "hub-sar-bridge")
+			c := d.Spec.Template.Spec.Containers[0]
+			var got []string
+			for _, a := range c.Args {
+				if strings.HasPrefix(a, "--tenants.") {
+					got = append(got, a)
+				}
+			}
+			if !slices.Equal(got, tc.wantArgs) {
+				t.Errorf("--tenants.* args %q, want %q", got, tc.wantArgs)
+			}
+			mounted := false
+			for _, m := range c.VolumeMounts {
+				if m.Name == "hub-kubeconfig" && m.MountPath == "/etc/sar-bridge/hub" && m.ReadOnly {
+					mounted = true
+				}
+			}
+			secret := false
+			for _, v := range d.Spec.Template.Spec.Volumes {
+				if v.Name == "hub-kubeconfig" && v.Secret != nil && v.Secret.SecretName == "hub" {
+					secret = true
+				}
+			}
+			if mounted != tc.mounted || secret != tc.mounted {
+				t.Errorf("hub kubeconfig mounted %v, its Secret a volume %v; want %v", mounted, secret, tc.mounted)
+			}
+		})
+	}
+}
+
 // A wrong value is a helm error with a message that names it, before anything reaches a
 // cluster.
 func TestChartRejectsBadValues(t *testing.T) {
@@ -324,6 +370,10 @@ func TestChartRejectsBadValues(t *testing.T) {
 			[]string{"admission/vkUsers/0", "does not match pattern"}},
 		{"everyone as the Virtual Kubelet", []string{"--set", "admission.vkGroups={system:authenticated}"},
 			[]string{"admission/vkGroups/0"}},
+		{"a hub without a cluster name", []string{"--set-string", "tenants.hubKubeconfigSecret=hub"},
+			[]string{"tenants.hubKubeconfigSecret needs tenants.clusterName"}},
+		{"a cluster name that is no DNS label", []string{"--set-string", "tenants.clusterName=Site_B"},
+			[]string{"tenants/clusterName", "does not match pattern"}},
 		{"relay to a plugin URL without a scheme", []string{"--set-string", "interlink.pluginURL=plugin:4000"},
 			[]string{"interlink/pluginURL", "does not match pattern"}},
 		{"relay to a https plugin (the relay speaks http)", []string{"--set-string", "interlink.pluginURL=https://plugin:4000"},

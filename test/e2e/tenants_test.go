@@ -181,8 +181,9 @@ const (
 	wantTenantTable = `NAME          GROUP          USED   HARD   PENDING   AGE
 e2e-kubectl   interlink.io   1      10     1         <age>
 `
-	wantTenantWideTable = `NAME          GROUP          USED   HARD   CPU USED   CPU HARD   PENDING   AGE
-e2e-kubectl   interlink.io   1      10     500m       4          1         <age>
+	// CLUSTERS (status.clustersUsed) is empty without a hub (docs/multicluster.md).
+	wantTenantWideTable = `NAME          GROUP          USED   HARD   CPU USED   CPU HARD   PENDING   CLUSTERS   AGE
+e2e-kubectl   interlink.io   1      10     500m       4          1                    <age>
 `
 	// After the status a bridge writes once the charge is released: nothing pending
 	// is 0, not an empty cell (status.pendingCount is written even when 0).
