@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -275,7 +276,7 @@ func TestLedgerHubTwoClusters(t *testing.T) {
 		return
 	}
 
-	t.Run("kubectl get -o wide on the hub shows the usage per cluster", func(t *testing.T) {
+	t.Run("kubectl get -o wide and describe on the hub show the usage per cluster", func(t *testing.T) {
 		admin := filepath.Join(t.TempDir(), "hub-admin.kubeconfig")
 		if err := hub.WriteAdminKubeconfig(admin); err != nil {
 			t.Fatal(err)
@@ -289,6 +290,17 @@ func TestLedgerHubTwoClusters(t *testing.T) {
 		header, row := tableRow(stdout, tenant)
 		if want := fmt.Sprintf("a=%d,b=%d", len(allowedIn["a"]), len(allowedIn["b"])); !slices.Contains(header, "CLUSTERS") || !slices.Contains(row, want) {
 			t.Errorf("no CLUSTERS column showing %s in:\n%s", want, stdout)
+		}
+		// kubectl describe: each member's entry of status.clusters, with what it uses.
+		stdout, stderr, code = runCmd(t, "", kubectlPath(t), "--kubeconfig", admin, "describe", "otenant", tenant)
+		if code != 0 {
+			t.Fatalf("kubectl describe: exit %d, %s", code, stderr)
+		}
+		for _, c := range []string{"a", "b"} {
+			want := regexp.MustCompile(fmt.Sprintf(`(?m)^\s+Name:\s+%s\n\s+Used:\n(?:\s+\w+:\s+\S+\n)*?\s+Pods:\s+%d$`, c, len(allowedIn[c])))
+			if !want.MatchString(stdout) {
+				t.Errorf("kubectl describe shows no entry of cluster %s using %d pods (%s) in:\n%s", c, len(allowedIn[c]), want, stdout)
+			}
 		}
 	})
 
