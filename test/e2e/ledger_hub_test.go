@@ -27,32 +27,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
 	"github.com/sar-bridge/sar-bridge/test/cluster"
 )
 
 // hubMember is the objects each member cluster needs for a tenant namespace: the
 // namespace, its runner allowed to offload (interlink-offloader, manifests/examples).
 func hubMember(ns string) string {
-	return fmt.Sprintf(`
-apiVersion: v1
-kind: Namespace
-metadata: {name: %[1]s}
----
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: runner, namespace: %[1]s}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: offload, namespace: %[1]s}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: interlink-offloader}
-subjects:
-  - {kind: ServiceAccount, name: runner, namespace: %[1]s}
-`, ns)
+	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n---\n", ns) + offloaderYAML(ns)
 }
 
 // startHubCluster starts cluster b: a control plane of its own with manifests/base
@@ -94,20 +77,6 @@ func startHubCluster(t *testing.T, namespaces ...string) *cluster.Cluster {
 	return c
 }
 
-// hubTenant reads an OffloadTenant from the hub.
-func hubTenantObject(t *testing.T, hub *cluster.Cluster, name string) *v1alpha1.OffloadTenant {
-	t.Helper()
-	u, err := hub.Dynamic.Resource(tenantGVR).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("reading OffloadTenant %s on the hub: %v", name, err)
-	}
-	var o v1alpha1.OffloadTenant
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &o); err != nil {
-		t.Fatal(err)
-	}
-	return &o
-}
-
 // hubLedger is a hub tenant's ledger as the test compares it: pods used, pending
 // charges, and the pods of each cluster (status.clustersUsed).
 type hubLedger struct {
@@ -118,7 +87,7 @@ type hubLedger struct {
 
 func hubLedgerOf(t *testing.T, hub *cluster.Cluster, name string) hubLedger {
 	t.Helper()
-	o := hubTenantObject(t, hub, name)
+	o := tenantObjectIn(t, hub, name)
 	q := o.Status.Used[corev1.ResourcePods]
 	return hubLedger{used: q.String(), pending: len(o.Status.Pending), clusters: o.Status.ClustersUsed}
 }
@@ -131,7 +100,7 @@ func waitHubLedger(t *testing.T, hub *cluster.Cluster, name string, within time.
 		return got == want
 	})
 	if !ok {
-		t.Fatalf("hub tenant %s: %+v after %v, want %+v (status %+v)", name, got, took.Round(time.Millisecond), want, hubTenantObject(t, hub, name).Status)
+		t.Fatalf("hub tenant %s: %+v after %v, want %+v (status %+v)", name, got, took.Round(time.Millisecond), want, tenantObjectIn(t, hub, name).Status)
 	}
 	t.Logf("hub tenant %s: %+v after %v", name, want, took.Round(time.Millisecond))
 }
@@ -383,7 +352,7 @@ func TestLedgerHubTwoClusters(t *testing.T) {
 			t.Fatalf("allowed %d %v, refused %v, other %v, unanswered %v; want exactly %d allowed and 4 refused with %q",
 				len(got.allowed), got.allowed, got.refused, got.other, got.unanswered, n-1, full)
 		}
-		o := hubTenantObject(t, hub, tenant)
+		o := tenantObjectIn(t, hub, tenant)
 		if used := o.Status.Used[corev1.ResourcePods]; used.String() != "10" {
 			t.Errorf("the ledger: %s pods used, want 10 (status %+v)", used.String(), o.Status)
 		}
@@ -411,7 +380,7 @@ func TestLedgerHubTwoClusters(t *testing.T) {
 
 	t.Run("sar-bridge tenants release-cluster takes a member that is gone out of the ledger", func(t *testing.T) {
 		a.Stop() // cluster a is gone: nothing recounts its part any more
-		before := hubTenantObject(t, hub, tenant)
+		before := tenantObjectIn(t, hub, tenant)
 		var partA corev1.ResourceList
 		for _, e := range before.Status.Clusters {
 			if e.Name == "a" {
@@ -441,7 +410,7 @@ func TestLedgerHubTwoClusters(t *testing.T) {
 		if want := fmt.Sprintf("tenant %s: released %d pending charges, 0 quota slices, usage %s of cluster a\n", tenant, pendingA, strings.Join(parts, ",")); !strings.Contains(stdout, want) || usedA.IsZero() {
 			t.Errorf("release-cluster printed %q, want a line %q", stdout, want)
 		}
-		after := hubTenantObject(t, hub, tenant)
+		after := tenantObjectIn(t, hub, tenant)
 		wantUsed := usedBefore.DeepCopy()
 		wantUsed.Sub(usedA)
 		if used := after.Status.Used[corev1.ResourcePods]; used.Cmp(wantUsed) != 0 || len(after.Status.Clusters) != 1 || after.Status.Clusters[0].Name != "b" {

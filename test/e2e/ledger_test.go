@@ -96,6 +96,23 @@ func lgArgs(extra ...string) []string {
 	return append([]string{"--quota.lease-namespace=" + lgLeaseNS, "--quota.reconcile-interval=2s"}, extra...)
 }
 
+// offloaderYAML is the ServiceAccount runner of namespace ns, bound to the ClusterRole
+// interlink-offloader there (manifests/examples): it may offload from ns.
+func offloaderYAML(ns string) string {
+	return fmt.Sprintf(`
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: runner, namespace: %[1]s}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: offload, namespace: %[1]s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: interlink-offloader}
+subjects:
+  - {kind: ServiceAccount, name: runner, namespace: %[1]s}
+`, ns)
+}
+
 // lgTenant sets up a tenant named like its namespace ns (labels added to the namespace):
 // the namespace, its ServiceAccount runner allowed to offload, and the OffloadTenant
 // with hard amounts. At the end of the test the tenant and the namespace's pods are
@@ -109,18 +126,7 @@ func lgTenant(t *testing.T, ns string, labels map[string]string, hard map[string
 	nsObj := map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns, "labels": labels}}
 	tenant := map[string]any{"apiVersion": "sar-bridge.io/v1alpha1", "kind": "OffloadTenant", "metadata": map[string]any{"name": ns},
 		"spec": map[string]any{"group": "interlink.io", "hard": hard}}
-	docs := []string{mustYAML(t, nsObj), mustYAML(t, tenant), fmt.Sprintf(`
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: runner, namespace: %[1]s}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: offload, namespace: %[1]s}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: interlink-offloader}
-subjects:
-  - {kind: ServiceAccount, name: runner, namespace: %[1]s}
-`, ns)}
+	docs := []string{mustYAML(t, nsObj), mustYAML(t, tenant), offloaderYAML(ns)}
 	if _, err := suite.cluster.ApplyYAML(ctx, strings.Join(docs, "\n---\n")); err != nil {
 		t.Fatalf("tenant %s: %v", ns, err)
 	}
@@ -153,12 +159,18 @@ func mustYAML(t *testing.T, v any) string {
 	return string(b)
 }
 
-// tenantObject reads an OffloadTenant directly from the API server.
+// tenantObject reads an OffloadTenant directly from the suite's API server.
 func tenantObject(t *testing.T, name string) *v1alpha1.OffloadTenant {
 	t.Helper()
-	u, err := suite.cluster.Dynamic.Resource(tenantGVR).Get(context.Background(), name, metav1.GetOptions{})
+	return tenantObjectIn(t, suite.cluster, name)
+}
+
+// tenantObjectIn reads an OffloadTenant directly from c's API server.
+func tenantObjectIn(t *testing.T, c *cluster.Cluster, name string) *v1alpha1.OffloadTenant {
+	t.Helper()
+	u, err := c.Dynamic.Resource(tenantGVR).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
-		t.Fatalf("reading OffloadTenant %s: %v", name, err)
+		t.Fatalf("reading OffloadTenant %s at %s: %v", name, c.Host(), err)
 	}
 	var o v1alpha1.OffloadTenant
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &o); err != nil {
