@@ -31,6 +31,9 @@ const (
 	// FaultDrop closes the connection without an answer: the API server went away in
 	// the middle of the request.
 	FaultDrop
+	// FaultHang never answers: the request waits until the client gives up (its
+	// context ends), as behind an API server or network that stopped answering.
+	FaultHang
 )
 
 // HTTPFaultProxy is an HTTPS reverse proxy in front of the API server that fails the
@@ -96,6 +99,10 @@ func (c *Cluster) StartHTTPFaultProxy() (*HTTPFaultProxy, error) {
 		case FaultDrop:
 			p.faulted.Add(1)
 			panic(http.ErrAbortHandler) // closes the connection (HTTP/2: resets the stream)
+		case FaultHang:
+			p.faulted.Add(1)
+			<-r.Context().Done() // the client cancelled, or the proxy closed
+			return
 		}
 		rp.ServeHTTP(w, r)
 	}), ReadHeaderTimeout: 10 * time.Second, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}

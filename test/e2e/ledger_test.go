@@ -1088,17 +1088,25 @@ func TestLedgerAPIServerDown(t *testing.T) {
 	}
 	b := startTestBridge(t, kc, baseArgs(lgArgs()...)...)
 	waitCounted(t, tenant) // the bridges' count of its running pods is written before any fault
-	statusPath := "/apis/sar-bridge.io/v1alpha1/offloadtenants/" + tenant + "/status"
+	tenantPath := "/apis/sar-bridge.io/v1alpha1/offloadtenants/" + tenant
+	statusPath := tenantPath + "/status"
 	for i, tc := range []struct {
 		name  string
 		fault cluster.HTTPFault
+		reads bool // the reads of the tenant fail too: client-go retries them until the write's timeout
 	}{
-		{"the API server answers 503", cluster.FaultUnavailable},
-		{"the connection is dropped", cluster.FaultDrop},
+		{"the API server answers 503", cluster.FaultUnavailable, false},
+		{"the connection is dropped", cluster.FaultDrop, false},
+		// The write never starts, its read waiting until the write's timeout (8s): an
+		// attempt that ends with the context is an error, never a write that looks done
+		// (client-go's RetryOnConflict returns nil for it: the create was allowed).
+		{"the reads of the tenant go unanswered", cluster.FaultHang, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proxy.SetRule(func(r *http.Request) cluster.HTTPFault {
-				if r.URL.Path == statusPath && (r.Method == http.MethodPut || r.Method == http.MethodPatch) {
+				write := r.URL.Path == statusPath && (r.Method == http.MethodPut || r.Method == http.MethodPatch)
+				read := tc.reads && r.URL.Path == tenantPath && r.Method == http.MethodGet
+				if write || read {
 					return tc.fault
 				}
 				return cluster.FaultNone
