@@ -57,7 +57,7 @@ func needsAdoption(t *v1alpha1.OffloadTenant, cluster string) bool {
 // count that fails (the views not synced yet, the API unreachable) is left to the first
 // charge, as before. A ledger that cannot write (check, who-can) does nothing.
 func (l *Ledger) Observe(t *v1alpha1.OffloadTenant) {
-	if l.client == nil || len(t.Spec.Hard) == 0 && len(t.Spec.Nodes) == 0 || !needsAdoption(t, l.opts.Cluster) {
+	if l.client == nil || !hasQuota(t) || !needsAdoption(t, l.opts.Cluster) {
 		return
 	}
 	l.mu.Lock()

@@ -176,11 +176,14 @@ func (d *Directory) Quota(tenant string) (*v1alpha1.OffloadTenant, bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	t, ok := d.tenants[tenant]
-	if !ok || len(t.Spec.Hard) == 0 && len(t.Spec.Nodes) == 0 {
+	if !ok || !hasQuota(t) {
 		return nil, false
 	}
 	return t, true
 }
+
+// hasQuota says whether the tenant sets hard amounts, in total or per virtual node.
+func hasQuota(t *v1alpha1.OffloadTenant) bool { return len(t.Spec.Hard) > 0 || len(t.Spec.Nodes) > 0 }
 
 // WithQuota lists the tenants that set hard amounts, sorted.
 func (d *Directory) WithQuota() []string {
@@ -188,7 +191,7 @@ func (d *Directory) WithQuota() []string {
 	defer d.mu.RUnlock()
 	var out []string
 	for name, t := range d.tenants {
-		if len(t.Spec.Hard) > 0 || len(t.Spec.Nodes) > 0 {
+		if hasQuota(t) {
 			out = append(out, name)
 		}
 	}
