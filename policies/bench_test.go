@@ -80,28 +80,9 @@ func benchInput(t testing.TB) map[string]any {
 	if err := json.Unmarshal([]byte(benchPod), &pod); err != nil {
 		t.Fatal(err)
 	}
-	podValue, err := ast.InterfaceToValue(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resources, err := ast.JSON(PodResources(podValue))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tolerations, err := ast.JSON(PodTolerations(podValue))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hpc, err := ast.JSON(PodHPC(podValue))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return map[string]any{
-		"operation":   "create",
-		"pod":         pod,
-		"resources":   resources,
-		"tolerations": tolerations,
-		"hpc":         hpc,
+	in := map[string]any{
+		"operation": "create",
+		"pod":       pod,
 		"subject": benchSubject{
 			Username: "system:serviceaccount:team-a:runner",
 			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:team-a", "system:authenticated"},
@@ -123,6 +104,7 @@ func benchInput(t testing.TB) map[string]any {
 		"review": map[string]any{"allowed": true, "denied": false, "reason": `RBAC: allowed by RoleBinding "team-a/runner" of ClusterRole "interlink-pods"`,
 			"attributes": []any{map[string]any{"namespace": "team-a", "verb": "create", "group": "interlink.io", "resource": "pods", "name": "job-7f9c"}}},
 	}
+	return bridged(t, in)
 }
 
 // policyPair holds prepared decision queries of the default policy as the bridge
@@ -439,36 +421,31 @@ func variedInputs(t testing.TB) []any {
 	return inputs
 }
 
-// bridged sets input.resources and input.tolerations the way the bridge does for
-// every pod decision (PodResources and PodTolerations of input.pod; null when there is
-// no pod object).
+// bridged sets the members the bridge derives from input.pod the way it does for
+// every pod decision.
 func bridged(t testing.TB, in map[string]any) map[string]any {
 	t.Helper()
-	var resources, tolerations, hpc any
-	if pod, ok := in["pod"].(map[string]any); ok {
-		v, err := ast.InterfaceToValue(pod)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resources, err = ast.JSON(PodResources(v)); err != nil {
-			t.Fatal(err)
-		}
-		if tolerations, err = ast.JSON(PodTolerations(v)); err != nil {
-			t.Fatal(err)
-		}
+	for k, v := range derivedMembers(t, in["pod"]) {
+		in[k] = v
 	}
-	// As the bridge adds it: what a pod that is not an object becomes is nothing.
-	pv, err := ast.InterfaceToValue(in["pod"])
+	return in
+}
+
+// derivedMembers is what the bridge adds to an input for its pod (policies.SpecDerived
+// and input.hpc), as JSON: what a pod that is not an object becomes is null.
+func derivedMembers(t testing.TB, pod any) map[string]any {
+	t.Helper()
+	v, err := ast.InterfaceToValue(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hpc, err = ast.JSON(PodHPC(pv)); err != nil {
-		t.Fatal(err)
+	out := map[string]any{}
+	for _, m := range append(DeriveFromPod(v).Members(), ast.Item(ast.StringTerm("hpc"), ast.NewTerm(PodHPC(v)))) {
+		if out[string(m[0].Value.(ast.String))], err = ast.JSON(m[1].Value); err != nil {
+			t.Fatal(err)
+		}
 	}
-	in["resources"] = resources
-	in["tolerations"] = tolerations
-	in["hpc"] = hpc
-	return in
+	return out
 }
 
 func TestVariedInputsVaried(t *testing.T) {

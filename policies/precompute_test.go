@@ -35,14 +35,14 @@ func precomputeDatas() map[string]string {
 		},
 	}})
 	datas["many-groups"] = string(b)
-	// interLink's rules (restricted annotations, images): the fast path stands aside for images;
+	// interLink's rules (restricted annotations, images);
 	// quotas in the data file (no longer read) refuse every create.
 	rules := `{"interlink": {"limits": {"system:serviceaccounts:team-a": {"cpu": "4", "memory": "8Gi"}},
 	  "restricted_annotations": {"slurm-job.vk.io/flags": {"groups": ["system:serviceaccounts:team-a", 7]},
 	    "slurm-job.vk.io/pre-exec": {"users": ["bob", "system:serviceaccount:team-b:runner"], "groups": "gpu-users"}}}}`
 	datas["interlink-rules"] = rules
 	datas["unknown-annotation"] = `{"interlink": {"restricted_annotations": {"example.org/x": {"users": ["bob"]}}}}`
-	datas["images"] = `{"interlink": {"image_registries": {"*": ["docker.io/library/"]}}}`
+	datas["images"] = `{"interlink": {"image_registries": {"*": ["docker.io/library/"], "tenant-a": ["docker.io/library/busybox", "ghcr.io/example", "registry.example.org:5000/"]}}}`
 	datas["quota"] = `{"interlink": {"quotas": {"tenant-a": {"pods": 2}}}}`
 	datas["bad-quotas"] = `{"interlink": {"quotas": ["tenant-a"]}}`
 	// HPC settings (hpc.rego): defaults the fast path adds for inert pods.
@@ -146,6 +146,8 @@ func wellFormedInputs(t testing.TB) []any {
 		map[string]any{"key": "", "operator": "Exists", "effect": "NoSchedule"},
 		map[string]any{"key": "hpc.example/gpu", "operator": "Exists"},
 	}
+	images := []any{"busybox:1.36", "docker.io/library/busybox@sha256:" + strings.Repeat("c", 64), "ghcr.io/example/trainer:1.4", "ghcr.io/example2/x",
+		"registry.example.org:5000/a/b", "registry.example.org/a", "alpine", "Not A Reference", 7, nil}
 	subjects := []any{
 		map[string]any{"username": "system:serviceaccount:team-a:runner", "groups": []any{"system:serviceaccounts", "system:serviceaccounts:team-a", "system:authenticated"}},
 		map[string]any{"username": "system:serviceaccount:team-b:runner", "groups": []any{"system:serviceaccounts:team-b", "system:authenticated"}},
@@ -156,6 +158,7 @@ func wellFormedInputs(t testing.TB) []any {
 	var out []any
 	for seed := range 150 {
 		r := rand.New(rand.NewPCG(uint64(seed), 1919))
+		ri := rand.New(rand.NewPCG(uint64(seed), 7)) // images, apart: r draws what it drew before them
 		in := benchInput(t)
 		b, _ := json.Marshal(in)
 		var m map[string]any
@@ -206,6 +209,11 @@ func wellFormedInputs(t testing.TB) []any {
 		var cs []any
 		for i := range 1 + r.IntN(3) {
 			c := map[string]any{"name": fmt.Sprintf("c%d", i), "image": "busybox"}
+			if ri.IntN(3) == 0 {
+				// Images as pods name them, for the images data set: most under its
+				// prefixes, some beside them, some no reference at all.
+				c["image"] = images[ri.IntN(len(images))]
+			}
 			res := map[string]any{}
 			for _, kind := range []string{"limits", "requests"} {
 				if r.IntN(3) == 0 {
@@ -242,7 +250,11 @@ func wellFormedInputs(t testing.TB) []any {
 		}
 		spec["containers"] = cs
 		if r.IntN(3) == 0 {
-			spec["initContainers"] = []any{map[string]any{"name": "init", "resources": map[string]any{"limits": map[string]any{"cpu": quantities[r.IntN(len(quantities))]}}}}
+			init := map[string]any{"name": "init", "resources": map[string]any{"limits": map[string]any{"cpu": quantities[r.IntN(len(quantities))]}}}
+			if ri.IntN(2) == 0 {
+				init["image"] = images[ri.IntN(len(images))]
+			}
+			spec["initContainers"] = []any{init}
 		}
 		ts := []any{}
 		for range r.IntN(4) {
@@ -266,7 +278,7 @@ func TestFastPathTaken(t *testing.T) {
 	for source, newEv := range evaluatorSources {
 		t.Run(source, func(t *testing.T) {
 			for dname, data := range precomputeDatas() {
-				if dname == "odd" || dname == "wrong-types" || dname == "images" || dname == "quota" || dname == "unknown-annotation" || dname == "bad-quotas" || dname == "hpc-broken" {
+				if dname == "odd" || dname == "wrong-types" || dname == "quota" || dname == "unknown-annotation" || dname == "bad-quotas" || dname == "hpc-broken" {
 					continue
 				}
 				opts := Options{}

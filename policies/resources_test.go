@@ -62,8 +62,8 @@ func TestPodResources(t *testing.T) {
 	}
 }
 
-// TestDerivedValuesOwnTheirTerms: input.resources and input.tolerations share no term
-// with the decoded pod they come from. The bridge keeps them beyond the request, and one
+// TestDerivedValuesOwnTheirTerms: what the bridge derives from a pod (SpecDerived)
+// shares no term with the decoded pod they come from. The bridge keeps them beyond the request, and one
 // term of the pod would keep its whole input alive (astjson cuts terms from shared blocks).
 func TestDerivedValuesOwnTheirTerms(t *testing.T) {
 	obj, _, err := astjson.DecodeObject([]byte(benchPod), nil)
@@ -75,7 +75,8 @@ func TestDerivedValuesOwnTheirTerms(t *testing.T) {
 		podTerms[x] = true
 		return false
 	})
-	for name, derived := range map[string]ast.Value{"resources": PodResources(obj), "tolerations": PodTolerations(obj)} {
+	for _, m := range DeriveFromPod(obj).Members() {
+		name, derived := m[0].Value, m[1].Value
 		ast.WalkTerms(derived, func(x *ast.Term) bool {
 			if podTerms[x] {
 				t.Errorf("input.%s holds the pod's term %v", name, x)

@@ -361,12 +361,23 @@ func toStrings(v any) []string {
 // GPUs) as the bridge does (bridge: Evaluator.EvalValue, the fast path), and by the
 // general rules alone (general: a prepared query over the data without the precomputed
 // tables, parsed input).
-func BenchmarkPolicyHPC(b *testing.B) {
+func BenchmarkPolicyHPC(b *testing.B) { benchmarkSample(b, "hpc/samples/allow-everything.json") }
+
+// BenchmarkPolicyHPCImages: the same pod where the tenant's images must come from its
+// registry (image_registries; the sample images/samples/allow-hpc-pod.json).
+func BenchmarkPolicyHPCImages(b *testing.B) { benchmarkSample(b, "images/samples/allow-hpc-pod.json") }
+
+// benchmarkSample decides an allowed sample, which must take the fast path, as the
+// bridge does and by the general rules alone.
+func benchmarkSample(b *testing.B, file string) {
 	var s sample
 	for _, x := range loadSamples(b) {
-		if strings.HasSuffix(x.file, "hpc/samples/allow-everything.json") {
+		if strings.HasSuffix(x.file, file) {
 			s = x
 		}
+	}
+	if s.file == "" {
+		b.Fatalf("no sample %s", file)
 	}
 	w := newThreeWays(b, newEvaluator, s.data(b))
 	in := s.input(b)

@@ -37,7 +37,7 @@ built-in rules (policies/rules/<name>/samples):
     annotations: {...}  the rule's pod annotations (rule.json)
     modifications: {...}
 
-input.resources, input.tolerations and input.hpc are derived from the pod by the
+input.resources, input.tolerations, input.images and input.hpc are derived from the pod by the
 bridge's own input builder; namespace, node, tenant, review and quota are the case's.
 
 Output: a --- FAIL line per failing test or sample with what differs (- want, + got),

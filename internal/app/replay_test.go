@@ -27,8 +27,9 @@ func replayEvent(t *testing.T, id, containers string) []byte {
 	in := ast.MustParseTerm(string(raw)).Value.(ast.Object)
 	pod := in.Get(ast.StringTerm("pod")).Value.(ast.Object)
 	pod.Get(ast.StringTerm("spec")).Value.(ast.Object).Insert(ast.StringTerm("containers"), ast.MustParseTerm(containers))
-	in.Insert(ast.StringTerm("resources"), ast.NewTerm(policies.PodResources(pod)))
-	in.Insert(ast.StringTerm("tolerations"), ast.NewTerm(policies.PodTolerations(pod)))
+	for _, m := range policies.DeriveFromPod(pod).Members() {
+		in.Insert(m[0], m[1])
+	}
 	in.Insert(ast.StringTerm("hpc"), ast.NewTerm(policies.PodHPC(pod)))
 	e, err := policies.New(context.Background(), policies.Options{DataFile: sampleData})
 	if err != nil {

@@ -29,8 +29,8 @@ import (
 // its value form, and the typed fields the pipeline needs.
 type podRequest struct {
 	input     ast.Object
-	derived   podDerived // input.resources and input.tolerations
-	hpc       ast.Value  // input.hpc: what the plugins make of the pod (annotations included, so not cached with the spec)
+	derived   policies.SpecDerived // input.resources, input.tolerations and input.images
+	hpc       ast.Value            // input.hpc: what the plugins make of the pod (annotations included, so not cached with the spec)
 	Operation string
 	Pod       podIdentity
 	User      *inputUser
@@ -103,18 +103,14 @@ func decodePodInput(raw []byte, valid bool, specs podSpecs) (podRequest, error) 
 }
 
 // derivedMembers are the input members the bridge derives from the pod (and, for
-// input.hpc, from who wrote its annotations): input.resources, input.tolerations and
-// input.hpc, as decidePod adds them and DerivedInput shows them.
+// input.hpc, from who wrote its annotations): policies.SpecDerived's and input.hpc, as
+// decidePod adds them and DerivedInput shows them.
 func (req podRequest) derivedMembers(hpc ast.Value) [][2]*ast.Term {
-	return [][2]*ast.Term{
-		ast.Item(key("resources"), ast.NewTerm(req.derived.resources)),
-		ast.Item(key("tolerations"), ast.NewTerm(req.derived.tolerations)),
-		ast.Item(key("hpc"), ast.NewTerm(hpc)),
-	}
+	return append(req.derived.Members(), ast.Item(key("hpc"), ast.NewTerm(hpc)))
 }
 
 // DerivedInput is a pod decision's input with what the bridge derives from its pod
-// (input.resources, input.tolerations, input.hpc), checked and built by the decision's
+// (policies.SpecDerived, input.hpc), checked and built by the decision's
 // own code: what `sar-bridge test` evaluates a sample with, so a sample sees the
 // input the server builds. Members the server reads from the cluster (review,
 // namespace, node, tenant, quota) are the caller's, as given; input.hpc.writers, which
@@ -153,7 +149,7 @@ var inputNames = astjson.NewNames(append([]string{"operation", "pod", "user", "n
 // repeat, and keeping each of theirs only cost its size walk and insertion, grew the
 // heap the garbage collector walks and pushed out the specs that do repeat.
 type podSpecs struct {
-	valid *sizedlru.Cache[[sha256.Size]byte, podDerived]
+	valid *sizedlru.Cache[[sha256.Size]byte, policies.SpecDerived]
 	seen  *lru.Cache // hashes of specs checked once and not kept
 }
 
@@ -166,33 +162,17 @@ const (
 	derivedEntryBytes   = 128 // the entry and its key, besides the values
 )
 
-// podDerived is what the bridge adds to the input from the pod's spec, so that
-// policies read it ready-made (policies.PodResources, policies.PodTolerations).
-type podDerived struct {
-	resources   ast.Value // input.resources
-	tolerations ast.Value // input.tolerations
-}
-
-func derive(pod ast.Value) podDerived {
-	return podDerived{resources: policies.PodResources(pod), tolerations: policies.PodTolerations(pod)}
-}
-
 func newPodSpecs() podSpecs {
-	return podSpecs{valid: sizedlru.New[[sha256.Size]byte, podDerived](specCacheBytes, specCacheEntryBytes), seen: lru.New(specsSeenOnce)}
-}
-
-// size is what keeping d costs.
-func (d podDerived) size() int64 {
-	return derivedEntryBytes + astjson.Size(d.resources) + astjson.Size(d.tolerations)
+	return podSpecs{valid: sizedlru.New[[sha256.Size]byte, policies.SpecDerived](specCacheBytes, specCacheEntryBytes), seen: lru.New(specsSeenOnce)}
 }
 
 // decode checks a pod, decoded to value from raw, as strict decoding into a Pod would
 // (see decodePodInput), and gives the fields the pipeline reads in Go and what the
 // bridge derives for the policy (input.resources, input.tolerations). raw must be valid
 // JSON (a member DecodeObject returned). A spec seen before is not checked again.
-func (p podSpecs) decode(raw []byte, value ast.Value) (podIdentity, podDerived, error) {
+func (p podSpecs) decode(raw []byte, value ast.Value) (podIdentity, policies.SpecDerived, error) {
 	if _, ok := value.(ast.Object); !ok {
-		return podIdentity{}, podDerived{}, errors.New("not a JSON object")
+		return podIdentity{}, policies.SpecDerived{}, errors.New("not a JSON object")
 	}
 	spec, hasSpec := astjson.ValidMember(raw, "spec") // raw is a member DecodeObject checked: no key twice
 	key := sha256.Sum256(spec)
@@ -203,12 +183,12 @@ func (p podSpecs) decode(raw []byte, value ast.Value) (podIdentity, podDerived, 
 		skip = []string{"spec"}
 	}
 	if err := podType.Check(value, skip...); err != nil {
-		return podIdentity{}, podDerived{}, err
+		return podIdentity{}, policies.SpecDerived{}, err
 	}
 	if seen {
 		return podIdentityOf(value), hit, nil
 	}
-	derived := derive(value)
+	derived := policies.DeriveFromPod(value)
 	if hasSpec {
 		p.keep(key, derived)
 	}
@@ -217,13 +197,13 @@ func (p podSpecs) decode(raw []byte, value ast.Value) (podIdentity, podDerived, 
 
 // keep remembers a checked spec's derived values when the spec was checked before, and
 // otherwise that it was.
-func (p podSpecs) keep(key [sha256.Size]byte, derived podDerived) {
+func (p podSpecs) keep(key [sha256.Size]byte, derived policies.SpecDerived) {
 	if _, again := p.seen.Get(key); !again {
 		p.seen.Add(key, struct{}{})
 		return
 	}
 	p.seen.Remove(key)
-	p.valid.Add(key, derived, derived.size())
+	p.valid.Add(key, derived, derivedEntryBytes+derived.Size())
 }
 
 // Paths of the pod fields the pipeline reads in Go.
@@ -370,7 +350,7 @@ func (s reviewSummary) key() []byte {
 var keyTerms = func() map[string]*ast.Term {
 	m := map[string]*ast.Term{}
 	for _, k := range []string{
-		"operation", "subject", "front_door", "tenant", "tenant_label", "group", "namespace", "node", "review", "resources", "tolerations", "hpc",
+		"operation", "subject", "front_door", "tenant", "tenant_label", "group", "namespace", "node", "review", "resources", "tolerations", "images", "hpc",
 		"username", "uid", "groups", "extra", "name", "labels", "annotations", "found", "taints", "allocatable",
 		"key", "value", "effect", "metadata", "spec", "serviceAccountName", "serviceAccount", "nodeName", "allowed", "denied", "reason", "attributes", "verb", "resource",
 		"modifications", "violations", "rule", "message", "action", // read from decisions

@@ -199,7 +199,7 @@ func TestDecideReplacesCallerMembers(t *testing.T) {
 	a.evaluator = rec
 	input := `{"pod": {"metadata": {"name": "p", "namespace": "team-a"}, "spec": {"serviceAccountName": "runner", "containers": [{"name": "c"}]}},
 		"review": {"allowed": true}, "subject": {"username": "system:admin"}, "tenant": "other", "group": "x",
-		"resources": {"largest": {}}, "tolerations": {}, "hpc": {"inert": false, "writers": {"slurm-job.vk.io/pre-exec": "vk"}}, "front_door": "relay", "note": "kept"}`
+		"resources": {"largest": {}}, "tolerations": {}, "images": [{"repository": "ghcr.io/allowed"}], "hpc": {"inert": false, "writers": {"slurm-job.vk.io/pre-exec": "vk"}}, "front_door": "relay", "note": "kept"}`
 	d, err := a.Decide(context.Background(), Request{Path: decisionPath, Input: json.RawMessage(input)})
 	if err != nil {
 		t.Fatal(err)
@@ -215,6 +215,7 @@ func TestDecideReplacesCallerMembers(t *testing.T) {
 		{"group", `"interlink.io"`},
 		{"resources.largest", "{}"},
 		{"tolerations.keyless_exists", "0"},
+		{"images", `[{"kind": "container", "name": "c", "repository": null}]`},
 		{"hpc.inert", "true"},
 		{"note", `"kept"`},
 		{"operation", `"create"`},
@@ -228,8 +229,8 @@ func TestDecideReplacesCallerMembers(t *testing.T) {
 			t.Errorf("input.%s = %v, want %s", tt.path, got, tt.want)
 		}
 	}
-	if n := in.Len(); n != 14 {
-		t.Errorf("input has %d members, want 14 (the caller's pod and note, and twelve added): %v", n, in)
+	if n := in.Len(); n != 15 {
+		t.Errorf("input has %d members, want 15 (the caller's pod and note, and thirteen added): %v", n, in)
 	}
 }
 

@@ -52,8 +52,9 @@ func podInput(t *testing.T, name string, containers string, labels string, revie
 	if !reviewAllowed {
 		in.Insert(ast.StringTerm("review"), ast.MustParseTerm(`{"allowed": false, "denied": false, "reason": "system:serviceaccount:team-a:runner may not create pods.interlink.io in namespace \"team-a\"", "attributes": []}`))
 	}
-	in.Insert(ast.StringTerm("resources"), ast.NewTerm(policies.PodResources(pod)))
-	in.Insert(ast.StringTerm("tolerations"), ast.NewTerm(policies.PodTolerations(pod)))
+	for _, m := range policies.DeriveFromPod(pod).Members() {
+		in.Insert(m[0], m[1])
+	}
 	in.Insert(ast.StringTerm("hpc"), ast.NewTerm(policies.PodHPC(pod)))
 	return in
 }

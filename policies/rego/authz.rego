@@ -145,6 +145,13 @@ decision := {
 		other != tenant
 	] == []
 
+	# Images (policies/rules/images): every container's repository, which
+	# sar-bridge normalises as _image_name does (input.images), under a prefix
+	# of the tenant's entry, else of "*" (fast.image_prefixes: null where no
+	# entry applies, so images are not restricted).
+	image_prefixes := object.get(fast.image_prefixes, tenant, fast.image_prefixes["*"])
+	[1 | image_prefixes != null; not _fast_images_allowed(image_prefixes)] == []
+
 	# HPC (policies/rules/hpc), proved silent on what sar-bridge derives from
 	# the pod in Go (input.hpc). Most pods set nothing the HPC side reads (inert) or only sbatch options that could be
 	# read (sbatch_only); of the rules, only the ones on sbatch options, GPUs
@@ -197,7 +204,7 @@ decision := {
 	# (input.quota.request), its rules evaluated rather than proved silent
 	# (they compare a few numbers sar-bridge puts in the input). Profiles exist
 	# only where nothing else of the interLink and quota rules applies to every
-	# pod (an unknown restricted key, image registries, data quotas).
+	# pod (an unknown restricted key, data quotas).
 	[1 | input.quota.request; _ = _quota_violations[_]] == []
 
 	# Site rules: the site's extension packages, evaluated rather than proved
@@ -345,6 +352,25 @@ modifications := object.union(
 # Data-only documents, computed once per load
 # ---------------------------------------------------------------------------
 
+# Images (policies/rules/images) on the fast path: every member of
+# input.images names a repository under one of prefixes ({prefix: true}, each
+# ending in "/", as _image_prefixes lists them).
+_fast_images_allowed(prefixes) if {
+	images := input.images
+	is_array(images)
+	[1 |
+		some c in images
+		not _fast_image_allowed(c.repository, prefixes)
+	] == []
+}
+
+_fast_image_allowed(repository, prefixes) if {
+	is_string(repository)
+	name := concat("", [repository, "/"])
+	some p, _ in prefixes
+	startswith(name, p)
+}
+
 # The document sar-bridge precomputes: _pre_general plus "fast", the tables
 # of the fast path, which are only worth building once per load (so the
 # fast path is taken only where they were precomputed).
@@ -357,9 +383,19 @@ _precompute := object.union(_pre_general, {"fast": object.union(
 		"keyless_exists_limit": _pre_keyless_exists_limit,
 		"hpc_defaults": _pre_hpc_defaults,
 		"unfree_options": {name: true | some name in (_hpc_never | {n | some n, _ in _hpc_value_lists})},
+		"image_prefixes": _pre_image_prefixes,
 	},
 	{"default_limits": d | d := _pre_general.default_limits},
 )})
+
+# The image prefixes of each tenant data.interlink.image_registries names, and
+# of "*" (null without its entry: images not restricted), as sets: what
+# _image_prefixes lists for them ({} where the entry allows no image).
+_pre_image_prefixes := object.union({"*": null}, {tenant: {p: true | some p in _prefixes(entries)} |
+	registries := data.interlink.image_registries
+	is_object(registries)
+	some tenant, entries in registries
+})
 
 # The tenants' HPC settings as the fast path reads them (the lists of hpc.rego's
 # rules, its defaults as modifications), by tenant and "*"; false for a tenant
@@ -452,11 +488,9 @@ _pre_named_users := {u |
 #
 # A subset with a mistyped cap has no profile (its subjects are denied by
 # the general rules); nor has any, where the interLink or quota rules apply to every pod
-# (an unknown restricted key, image registries, mistyped quotas).
+# (an unknown restricted key, mistyped quotas).
 _pre_profiles := {} if {
 	count(_unknown_restricted_keys) > 0
-} else := {} if {
-	_ = data.interlink.image_registries
 } else := {} if {
 	_ = data.interlink.quotas
 } else := {ukey: {_pre_profile_key(sub): _pre_profile(user, sub) |

@@ -527,10 +527,9 @@ test_precompute_hpc_defaults if {
 	broken.fast.hpc_defaults == {"*": false, "team-x": false}
 }
 
-# Where rule 6 or 7 applies to every pod, there is no profile, so no fast path.
+# Where the restricted annotations or quota rules apply to every pod, there is
+# no profile, so no fast path.
 test_precompute_no_profiles if {
-	images := authz._precompute with data.interlink.image_registries as {"*": ["docker.io"]}
-	images.fast.profiles == {}
 	unknown := authz._precompute with data.interlink.restricted_annotations as {"example.org/x": {"users": ["bob"]}}
 	unknown.fast.profiles == {}
 	quotas := authz._precompute with data.interlink.quotas as ["tenant-a"]
@@ -783,4 +782,16 @@ test_enforcement_warn_takes_general_rules if {
 		with data.sar_bridge.precomputed.interlink.authz as pre
 	d.allowed == true
 	d.violations == [{"rule": "caps", "message": over_cap_msg, "action": "warn"}]
+}
+
+# Image registries are checked on the fast path against each tenant's prefixes,
+# as sets; "*" is null without its entry (images not restricted).
+test_precompute_image_prefixes if {
+	none := authz._precompute
+	none.fast.image_prefixes == {"*": null}
+	pre := authz._precompute with data.interlink.image_registries as {"*": ["docker.io/", "ghcr.io/x"], "team-a": ["registry.example.org//", "/", 7], "team-b": "ghcr.io", "team-c": []}
+	pre.fast.image_prefixes == {"*": {"docker.io/": true, "ghcr.io/x/": true}, "team-a": {"registry.example.org/": true}, "team-b": {}, "team-c": {}}
+	count(pre.fast.profiles) > 0
+	odd := authz._precompute with data.interlink.image_registries as ["ghcr.io"]
+	odd.fast.image_prefixes == {"*": null}
 }

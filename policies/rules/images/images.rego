@@ -6,10 +6,10 @@ package interlink.authz
 #   image_registries: {tenant or "*": [registry or repository prefix, ...]}
 #
 # Cost, as in authz.rego: the rule tests the operation first, then fails at its
-# first lookup when nothing is configured. Nothing needs precomputing: the one
-# derived list, a tenant's image prefixes, is built once per decision from that
-# tenant's entry alone. authz.rego's fast path leaves every pod to the general
-# rules when data.interlink.image_registries is set (no profiles).
+# first lookup when nothing is configured. authz.rego's fast path does not run
+# it: it compares input.images, the repositories sar-bridge normalises in Go
+# with this rule's grammar (policies/images.go, kept the same by a test), with
+# each tenant's prefixes precomputed as sets (_pre_image_prefixes).
 #
 # With the restricted annotations rule, it is what interLink's rules add to
 # violations through _interlink_violations: a policy directory's interlink.rego

@@ -208,11 +208,16 @@ func prepare(args []string) error {
 		}
 		opaInput["resources"] = podResources(w.name)
 		opaInput["tolerations"] = podTolerations()
-		hpc, err := podHPC(p)
+		v, err := podValue(p)
 		if err != nil {
 			return err
 		}
-		opaInput["hpc"] = hpc
+		if opaInput["hpc"], err = ast.JSON(policies.PodHPC(v)); err != nil {
+			return err
+		}
+		if opaInput["images"], err = ast.JSON(policies.PodImages(v)); err != nil {
+			return err
+		}
 		for target, input := range map[string]any{"bridge": bridgeInput, "opa": opaInput} {
 			b, err := json.Marshal(map[string]any{"input": input})
 			if err != nil {
@@ -261,6 +266,11 @@ func writePolicyData(in, out, group, tenant string) error {
 	if _, ok := interlink["hpc"]; ok {
 		return fmt.Errorf("%s already has interlink.hpc: the hpc workload sets its own", in)
 	}
+	if _, ok := interlink["image_registries"]; ok {
+		return fmt.Errorf("%s already has interlink.image_registries: the workloads set their own", in)
+	}
+	// Images from the tenant's registry, as sites restrict them (the images rule).
+	interlink["image_registries"] = map[string]any{tenant: []any{"ghcr.io/example"}}
 	interlink["hpc"] = map[string]any{
 		"auto_flavors": []any{"gpu"},
 		"tenants": map[string]any{tenant: map[string]any{
@@ -416,19 +426,15 @@ func podTolerations() map[string]any {
 	}
 }
 
-// podHPC is input.hpc as the bridge builds it (policies.PodHPC) for the pod template,
-// its placeholders numbered: what the plugins would make of it does not depend on the
-// number.
-func podHPC(pod map[string]any) (any, error) {
+// podValue is the pod template as a policy value, its placeholders numbered, for what
+// the bridge derives from it that does not depend on the number: input.hpc (what the
+// plugins would make of it, policies.PodHPC) and input.images (policies.PodImages).
+func podValue(pod map[string]any) (ast.Value, error) {
 	b, err := json.Marshal(pod)
 	if err != nil {
 		return nil, err
 	}
-	v, err := ast.ValueFromReader(bytes.NewReader(bytes.ReplaceAll(b, []byte(Placeholder), []byte("1"))))
-	if err != nil {
-		return nil, err
-	}
-	return ast.JSON(policies.PodHPC(v))
+	return ast.ValueFromReader(bytes.NewReader(bytes.ReplaceAll(b, []byte(Placeholder), []byte("1"))))
 }
 
 func orEmpty(m map[string]string) map[string]string {
