@@ -148,9 +148,22 @@ decision := {
 	# Images (policies/rules/images): every container's repository, which
 	# sar-bridge normalises as _image_name does (input.images), under a prefix
 	# of the tenant's entry, else of "*" (fast.image_prefixes: null where no
-	# entry applies, so images are not restricted).
+	# entry applies, so images are not restricted): the containers under one
+	# are all of them.
 	image_prefixes := object.get(fast.image_prefixes, tenant, fast.image_prefixes["*"])
-	[1 | image_prefixes != null; not _fast_images_allowed(image_prefixes)] == []
+	[1 | image_prefixes != null; not is_array(input.images)] == []
+	[1 |
+		image_prefixes != null
+		images := input.images
+		count({i |
+			some i, c in images
+			repository := c.repository
+			is_string(repository)
+			name := concat("", [repository, "/"])
+			some p, _ in image_prefixes
+			startswith(name, p)
+		}) != count(images)
+	] == []
 
 	# HPC (policies/rules/hpc), proved silent on what sar-bridge derives from
 	# the pod in Go (input.hpc). Most pods set nothing the HPC side reads (inert) or only sbatch options that could be
@@ -351,25 +364,6 @@ modifications := object.union(
 # ---------------------------------------------------------------------------
 # Data-only documents, computed once per load
 # ---------------------------------------------------------------------------
-
-# Images (policies/rules/images) on the fast path: every member of
-# input.images names a repository under one of prefixes ({prefix: true}, each
-# ending in "/", as _image_prefixes lists them).
-_fast_images_allowed(prefixes) if {
-	images := input.images
-	is_array(images)
-	[1 |
-		some c in images
-		not _fast_image_allowed(c.repository, prefixes)
-	] == []
-}
-
-_fast_image_allowed(repository, prefixes) if {
-	is_string(repository)
-	name := concat("", [repository, "/"])
-	some p, _ in prefixes
-	startswith(name, p)
-}
 
 # The document sar-bridge precomputes: _pre_general plus "fast", the tables
 # of the fast path, which are only worth building once per load (so the
