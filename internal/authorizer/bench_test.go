@@ -112,8 +112,10 @@ func interlinkPod(i int) string {
 
 // hpcPolicyData is what make bench-http adds to the policy data for its hpc workload
 // (test/cmd/bench-http): restricted_annotations grants slurm-job.vk.io/flags to the
-// tenant's service accounts, and the tenant has HPC settings.
+// tenant's service accounts, the tenant has HPC settings, and its images must come from
+// its registry.
 const hpcPolicyData = `{"interlink": {
+	"image_registries": {"team-a": ["ghcr.io/example"]},
 	"restricted_annotations": {"slurm-job.vk.io/flags": {"users": [], "groups": ["system:serviceaccounts:team-a"]}},
 	"hpc": {"auto_flavors": ["gpu"], "tenants": {"team-a": {
 		"sbatch_options": ["--job-name", "--time"], "partitions": ["cpu", "gpu"], "flavors": ["default", "gpu"],
