@@ -252,7 +252,7 @@ func TestDefaultPolicyIsMemoisable(t *testing.T) {
 			}
 			for _, path := range p.footprint.paths {
 				if key, ok := strings.CutPrefix(fmt.Sprint(path), `["pod" "metadata" "annotations" "`); ok && slices.Contains(hpcAnnotations, strings.TrimSuffix(key, `"]`)) {
-					continue // rules 6 and 9 read the HPC annotations by name; the pods of a job share them
+					continue // the restricted-annotations and hpc rules read the HPC annotations by name; the pods of a job share them
 				}
 				if s := fmt.Sprint(path); strings.HasPrefix(s, `["pod" "metadata"`) || s == `["pod" "spec"]` || s == `["pod"]` || strings.Contains(s, "hostname") {
 					t.Errorf("the default decision reads %s: the pods of one job would not share a memo entry", s)

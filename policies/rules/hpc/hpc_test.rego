@@ -291,7 +291,7 @@ test_missing_hpc_refused if {
 }
 
 # ---------------------------------------------------------------------------
-# Shell outside the container (rule 6)
+# Shell outside the container (restricted annotations)
 # ---------------------------------------------------------------------------
 
 test_mpi_flags_refused_unless_opened if {
