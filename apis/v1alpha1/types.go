@@ -132,6 +132,15 @@ type OffloadTenantStatus struct {
 	// +optional
 	ClustersUsed string `json:"clustersUsed,omitempty"`
 
+	// Reconcilers records, per cluster, the election whose reconciler last wrote this
+	// status. A reconciler elected through another Lease (another
+	// --quota.lease-namespace) leaves the tenant alone while that record is recent: two
+	// reconcilers recount from pod informers that lag each other, and one that
+	// recounts before its informer shows the pods the other just confirmed counts too
+	// little.
+	// +optional
+	Reconcilers []ReconcilerRecord `json:"reconcilers,omitempty"`
+
 	// Conditions: Ready (the spec could be read and the ledger recalculated).
 	// +optional
 	// +listType=map
@@ -189,6 +198,20 @@ type Adoption struct {
 	// +optional
 	// +listType=atomic
 	Names []string `json:"names,omitempty"`
+}
+
+// ReconcilerRecord is the election whose reconciler last wrote a tenant's status for
+// one cluster.
+type ReconcilerRecord struct {
+	// Cluster is the member cluster (--tenants.cluster-name); empty without a hub.
+	// +optional
+	Cluster string `json:"cluster,omitempty"`
+	// Election is the Lease the reconciler was elected through: "namespace/name".
+	Election string `json:"election"`
+	// Holder is the replica that held it.
+	Holder string `json:"holder"`
+	// Time is when it wrote.
+	Time metav1.Time `json:"time"`
 }
 
 // Slice is room of the quota that one bridge holds (a lease of quota).

@@ -192,5 +192,17 @@ func ReleaseCluster(t *v1alpha1.OffloadTenant, cluster string) (changed bool) {
 		s.ClustersUsed = clustersSummary(s)
 		changed = true
 	}
+	records := s.Reconcilers[:0:0]
+	for _, r := range s.Reconcilers {
+		if r.Cluster != cluster {
+			records = append(records, r)
+		}
+	}
+	if len(records) != len(s.Reconcilers) {
+		s.Reconcilers, changed = records, true
+		if len(records) == 0 {
+			s.Reconcilers = nil
+		}
+	}
 	return changed
 }

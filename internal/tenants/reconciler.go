@@ -293,13 +293,14 @@ type term struct {
 	r     *Reconciler
 	view  *podView
 	queue workqueue.TypedRateLimitingInterface[string]
-	// warned: tenants of a hub this reconciler, without a cluster name, was warned about
-	// (rounds run one at a time: no lock).
-	warned map[string]bool
+	// warned: tenants of a hub this reconciler, without a cluster name, was warned about;
+	// deferred: tenants it left to another election's reconciler (rounds run one at a
+	// time: no lock).
+	warned, deferred map[string]bool
 }
 
 func (r *Reconciler) newTerm() *term {
-	tm := &term{r: r, queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()), warned: map[string]bool{}}
+	tm := &term{r: r, queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()), warned: map[string]bool{}, deferred: map[string]bool{}}
 	tm.view = newPodView(tm.namespaceChanged, func(reason string) { r.metrics.released.WithLabelValues(reason).Inc() })
 	return tm
 }
@@ -465,7 +466,7 @@ func newReconcilerMetrics(reg prometheus.Registerer) reconcilerMetrics {
 	m := reconcilerMetrics{
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sar_bridge_ledger_reconciles_total",
-			Help: "Rounds of the ledger reconciler, one tenant each, by result: written (the status changed), unchanged, error (retried with backoff).",
+			Help: "Rounds of the ledger reconciler, one tenant each, by result: written (the status changed), unchanged, error (retried with backoff), deferred (another election's reconciler reconciles the tenant: the replicas name different --quota.lease-namespace).",
 		}, []string{"result"}),
 		released: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sar_bridge_ledger_released_total",
@@ -488,7 +489,7 @@ func newReconcilerMetrics(reg prometheus.Registerer) reconcilerMetrics {
 			Help: "1 while the ledger reconciler follows the pods of virtual nodes (it leads and some tenant has a quota), else 0.",
 		}),
 	}
-	for _, r := range []string{reconcileWritten, reconcileUnchanged, reconcileError} {
+	for _, r := range []string{reconcileWritten, reconcileUnchanged, reconcileError, reconcileDeferred} {
 		m.reconciles.WithLabelValues(r)
 	}
 	for _, r := range []string{releaseEnded, releaseDeleted, releaseMissing} {

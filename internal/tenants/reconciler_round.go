@@ -33,6 +33,7 @@ const (
 	reconcileWritten   = "written"
 	reconcileUnchanged = "unchanged"
 	reconcileError     = "error"
+	reconcileDeferred  = "deferred" // to another election's reconciler (elections.go)
 )
 
 // chargeID is the pod a charge was made for: by UID when the decision knew it, else by
@@ -95,6 +96,10 @@ func (tm *term) reconcile(ctx context.Context, tenant string) error {
 		tm.warned[tenant] = true
 		level.Warn(tm.r.logger).Log("msg", "this tenant's ledger is a hub's (status.clusters) but this bridge has no --tenants.cluster-name: give every bridge that charges it a cluster name", "tenant", tenant, "clusters", t.Status.ClustersUsed)
 	}
+	if other, ok := otherElection(&t.Status, tm.r.opts.Cluster, tm.r.election(), tm.r.opts.Now()); ok {
+		tm.deferTo(tenant, other)
+		return nil
+	}
 	tm.verifyVanished(ctx, tenant)
 	p := tm.plan(ctx, tenant, t.Status.Pending, tm.view.snapshot())
 	tm.confirm(ctx, tenant, p)
@@ -106,6 +111,9 @@ func (tm *term) reconcile(ctx context.Context, tenant string) error {
 	}
 	written, err := tm.write(ctx, &t, p.resolved, held, rc)
 	switch {
+	case errors.Is(err, errOtherElection):
+		tm.deferTo(tenant, v1alpha1.ReconcilerRecord{})
+		return nil
 	case err != nil:
 		tm.r.metrics.reconciles.WithLabelValues(reconcileError).Inc()
 		return fmt.Errorf("writing the ledger of tenant %s: %w", tenant, err)
@@ -293,11 +301,16 @@ func (tm *term) write(ctx context.Context, first *v1alpha1.OffloadTenant, resolv
 				return err
 			}
 		}
+		now := tm.r.opts.Now()
+		if _, ok := otherElection(&t.Status, tm.r.opts.Cluster, tm.r.election(), now); ok {
+			return errOtherElection // it wrote since this round read the tenant
+		}
 		next := desiredStatus(t, tm.r.opts.Cluster, resolved, held)
-		rc.apply(&next, &t.Spec, tm.r.opts.Cluster, held, tm.r.opts.Now())
+		rc.apply(&next, &t.Spec, tm.r.opts.Cluster, held, now)
 		if equality.Semantic.DeepEqual(next, t.Status) {
 			return nil
 		}
+		recordElection(&next, tm.r.record(now))
 		t.Status = next
 		if err := tm.r.opts.Tenants.Status().Update(ctx, t); err != nil {
 			if apierrors.IsConflict(err) {

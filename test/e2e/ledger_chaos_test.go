@@ -57,16 +57,16 @@ type chaosCase struct {
 func ledgerChaos(t *testing.T, c chaosCase) {
 	const workers = 6
 	tenant, hard, creates, killAt, downAt := c.tenant, c.hard, c.creates, int64(c.killAt), int64(c.downAt)
-	lgTenant(t, tenant, nil, map[string]string{"pods": fmt.Sprint(hard)})
+	lgTenantFor(t, "", tenant, nil, map[string]string{"pods": fmt.Sprint(hard)})
 	// The pending timeout (how long a charge may wait for its pod before the reconciler
 	// releases it) must outlast the API server's restart, during which the caller
 	// cannot store the pods it was allowed: released earlier, their room would be
 	// granted again and the pods stored later would overshoot (a 5s timeout did, with
 	// 53 of 40). The replicas join the suite's shared bridge in its election (the
-	// default lease namespace), so that one reconciler runs, as in one deployment. With
-	// the other ledger tests' own lease, the shared bridge's reconciler runs beside
-	// theirs, and two reconcilers undercount: one recalculates before its informer
-	// shows the pods the other just marked (51 of 40). docs/tenants.md says so.
+	// default lease namespace), so that one reconciler runs, as in one deployment. (Two
+	// elections' reconcilers undercount when both recount a tenant: one recalculates
+	// before its informer shows the pods the other just marked, 51 of 40 before the
+	// elections' records, docs/tenants.md.)
 	args := []string{"--quota.pending-timeout=60s", "--quota.reconcile-interval=2s"}
 	replicas := []*atomic.Pointer[cluster.Bridge]{{}, {}, {}}
 	for _, r := range replicas {

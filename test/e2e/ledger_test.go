@@ -8,9 +8,10 @@ package e2e
 // server cannot take the write.
 //
 // The bridges of these tests elect their reconciler through the Lease of their own
-// namespace (lgLeaseNS); the suite's shared bridge keeps reconciling every tenant through
-// its own, which the design allows (every write is resourceVersion-checked, every patch
-// idempotent) and which these tests therefore also exercise.
+// namespace (lgLeaseNS) beside the suite's shared bridge's election: two elections, which
+// docs/tenants.md warns against. Each tenant is reconciled by the election that wrote it
+// first (status.reconcilers; the other defers while that one keeps writing), which these
+// tests therefore also exercise.
 
 import (
 	"bytes"
@@ -40,6 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
@@ -113,11 +115,25 @@ subjects:
 `, ns)
 }
 
+// lgElection is the Lease the bridges of lgArgs elect their reconciler through, as
+// status.reconcilers names it.
+const lgElection = lgLeaseNS + "/sar-bridge-ledger"
+
 // lgTenant sets up a tenant named like its namespace ns (labels added to the namespace):
 // the namespace, its ServiceAccount runner allowed to offload, and the OffloadTenant
-// with hard amounts. At the end of the test the tenant and the namespace's pods are
-// deleted (the namespace stays: no controller would finalize it).
+// with hard amounts, reconciled by the bridges of lgArgs (lgTenantFor). At the end of
+// the test the tenant and the namespace's pods are deleted (the namespace stays: no
+// controller would finalize it).
 func lgTenant(t *testing.T, ns string, labels map[string]string, hard map[string]string) {
+	t.Helper()
+	lgTenantFor(t, lgElection, ns, labels, hard)
+}
+
+// lgTenantFor is lgTenant for the bridges of election: the tenant's status names it as
+// the election whose reconciler wrote last (status.reconcilers), so the suite's shared
+// bridge, elected through another Lease, leaves the tenant to them while they keep
+// writing it; "" names none, for bridges that join the shared bridge's election.
+func lgTenantFor(t *testing.T, election, ns string, labels map[string]string, hard map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := suite.cluster.ApplyYAML(ctx, lgFixtures); err != nil {
@@ -129,6 +145,9 @@ func lgTenant(t *testing.T, ns string, labels map[string]string, hard map[string
 	docs := []string{mustYAML(t, nsObj), mustYAML(t, tenant), offloaderYAML(ns)}
 	if _, err := suite.cluster.ApplyYAML(ctx, strings.Join(docs, "\n---\n")); err != nil {
 		t.Fatalf("tenant %s: %v", ns, err)
+	}
+	if election != "" {
+		claimTenant(t, ns, election)
 	}
 	t.Cleanup(func() {
 		ctx := context.Background()
@@ -147,6 +166,32 @@ func lgTenant(t *testing.T, ns string, labels map[string]string, hard map[string
 		if err := suite.cluster.WaitForAccess(ctx, a.user, a.groups, a.attrs, true, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// claimTenant records election as the one whose reconciler reconciles the tenant
+// (status.reconcilers), as its first write would.
+func claimTenant(t *testing.T, tenant, election string) {
+	t.Helper()
+	ctx := context.Background()
+	res := suite.cluster.Dynamic.Resource(tenantGVR)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		o, err := res.Get(ctx, tenant, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		record := map[string]any{"election": election, "holder": "e2e", "time": time.Now().UTC().Format(time.RFC3339)}
+		if err := unstructured.SetNestedSlice(o.Object, []any{record}, "status", "reconcilers"); err != nil {
+			return err
+		}
+		if _, found, _ := unstructured.NestedFieldNoCopy(o.Object, "status", "pendingCount"); !found {
+			_ = unstructured.SetNestedField(o.Object, int64(0), "status", "pendingCount")
+		}
+		_, err = res.UpdateStatus(ctx, o, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("tenant %s: recording its reconciler's election: %v", tenant, err)
 	}
 }
 
