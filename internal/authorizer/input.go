@@ -168,7 +168,7 @@ func newPodSpecs() podSpecs {
 
 // decode checks a pod, decoded to value from raw, as strict decoding into a Pod would
 // (see decodePodInput), and gives the fields the pipeline reads in Go and what the
-// bridge derives for the policy (input.resources, input.tolerations). raw must be valid
+// bridge derives for the policy (policies.SpecDerived). raw must be valid
 // JSON (a member DecodeObject returned). A spec seen before is not checked again.
 func (p podSpecs) decode(raw []byte, value ast.Value) (podIdentity, policies.SpecDerived, error) {
 	if _, ok := value.(ast.Object); !ok {
