@@ -67,7 +67,7 @@ func precomputeDatas() map[string]string {
 }
 
 // enforcementData sets rules to warn and audit: they allow with violations, which the
-// fast path never does (it proves there are none). TestPrecomputeMatchesFallback alone
+// fast path lists by evaluating those rules. TestPrecomputeMatchesFallback alone
 // decides with it (the other users of precomputeDatas expect every allowed input on the
 // fast path, and site rules to deny).
 const enforcementData = `{"interlink": {"limits": {"system:serviceaccounts:team-a": {"cpu": "2", "memory": "4Gi"}},

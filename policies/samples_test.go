@@ -323,14 +323,8 @@ func TestSamples(t *testing.T) {
 					continue
 				}
 				allowed++
-				if vs, _ := d["violations"].([]any); len(vs) > 0 {
-					// Allowed with violations in warn or audit: the fast path proves that no
-					// rule finds anything, so the general rules decide.
-					if w.fastPathTaken(t, in) {
-						t.Errorf("%s: %s: allowed with violations %v by the fast path", name, s.Description, vs)
-					}
-					continue
-				}
+				// Allowed with violations in warn or audit too: the fast path evaluates
+				// the rules in warn or audit rather than proving them silent.
 				switch taken := w.fastPathTaken(t, in); {
 				case taken:
 					fast++

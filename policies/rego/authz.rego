@@ -76,7 +76,7 @@ decision := {
 	"reason": why,
 	"modifications": modifications,
 	"review": review,
-	"violations": [], # the body proves that no rule finds anything
+	"violations": violations, # of the rules in warn or audit, if any (below)
 } if {
 	# Fast path (see the top): an allowed create, in one body, against the
 	# profile of the subject precomputed for its user and the groups of it
@@ -106,20 +106,29 @@ decision := {
 	tenant := input.tenant
 	is_string(tenant)
 
+	# The rules in warn or audit at some front door (data.interlink.enforcement)
+	# are evaluated rather than proved silent (fast.evaluated; with hpc or
+	# restricted-annotations, both): their checks below stand aside, and
+	# their violations are named and acted at the end, as the general rules
+	# do.
+	evaluated := fast.evaluated
+
 	# Caps (policies/rules/caps): no container's amount over the subject's
 	# caps (a cap is "none" where the subject has none: no number is greater).
 	largest := input.resources.largest
-	[1 | c := largest.cpu; c > profile.cpu] == []
-	[1 | m := largest.memory; m > profile.memory] == []
+	[1 | not evaluated.caps; c := largest.cpu; c > profile.cpu] == []
+	[1 | not evaluated.caps; m := largest.memory; m > profile.memory] == []
 
 	# Protected taints (policies/rules/protected-taints): no toleration of a
 	# protected key with an operator other than Equal, nor with a value the
 	# subject may not use; with protected taints, no keyless Exists toleration
 	# (limit 0, else "none").
 	tolerations := input.tolerations
-	tolerations.keyless_exists <= fast.keyless_exists_limit
-	[1 | some key, _ in fast.protected_keys; tolerations.other[key]] == []
+	keyless_exists := tolerations.keyless_exists
+	[1 | not evaluated["protected-taints"]; not keyless_exists <= fast.keyless_exists_limit] == []
+	[1 | not evaluated["protected-taints"]; some key, _ in fast.protected_keys; tolerations.other[key]] == []
 	[1 |
+		not evaluated["protected-taints"]
 		some key, denied in profile.denied_tolerations
 		some value, _ in tolerations.equal[key]
 		denied[value]
@@ -128,9 +137,10 @@ decision := {
 	# Tenant isolation (policies/rules/tenant-isolation): no tenant label, node
 	# label, nodeSelector or required node affinity (In) of another tenant.
 	label := input.tenant_label
-	[v | v := input.node.labels[label]; v != tenant] == []
-	[v | v := input.pod.spec.nodeSelector[label]; v != tenant] == []
+	[v | not evaluated["tenant-isolation"]; v := input.node.labels[label]; v != tenant] == []
+	[v | not evaluated["tenant-isolation"]; v := input.pod.spec.nodeSelector[label]; v != tenant] == []
 	[1 |
+		not evaluated["tenant-isolation"]
 		terms := input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
 		is_array(terms)
 		some term in terms
@@ -150,9 +160,12 @@ decision := {
 	# of the tenant's entry, else of "*" (fast.image_prefixes: null where no
 	# entry applies, so images are not restricted): the containers under one
 	# are all of them.
+	# (Negated, a call on an undefined reference fails rather than holds:
+	# hence _fast_images_listed.)
 	image_prefixes := object.get(fast.image_prefixes, tenant, fast.image_prefixes["*"])
-	[1 | image_prefixes != null; not is_array(input.images)] == []
+	[1 | not evaluated.images; image_prefixes != null; not _fast_images_listed] == []
 	[1 |
+		not evaluated.images
 		image_prefixes != null
 		images := input.images
 		count({i |
@@ -181,6 +194,7 @@ decision := {
 	# grants the flags, any option but those of fast.unfree_options (--uid,
 	# --gid, and the ones of _hpc_value_lists, which need a listed value).
 	[1 |
+		not evaluated.hpc
 		not profile.restricted["slurm-job.vk.io/flags"]
 		some name, value in hpc_input.sbatch.options
 		not hpc.options[name]
@@ -191,6 +205,7 @@ decision := {
 	# subjects it grants slurm-job.vk.io/flags may set any option but those of
 	# fast.unfree_options.
 	[1 |
+		not evaluated.hpc
 		profile.restricted["slurm-job.vk.io/flags"]
 		some name, value in hpc_input.sbatch.options
 		fast.unfree_options[name]
@@ -199,15 +214,16 @@ decision := {
 
 	# HPC (policies/rules/hpc): GPUs without a flavor only where the plugin's
 	# own choice is the tenant's (gpu_auto).
-	[1 | hpc_input.gpus > 0; not input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.gpu_auto] == []
+	[1 | not evaluated.hpc; hpc_input.gpus > 0; not input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.gpu_auto] == []
 
 	# Only the node's plugin's findings count; most pods have none, and then
 	# the node's plugin is never looked up (a tenant's open_fields are left
 	# to the general rules).
 	bound := hpc_input.bound_plugins
 	is_array(bound)
-	[1 | some p in bound; p in _hpc_plugins] == []
+	[1 | not evaluated.hpc; some p in bound; p in _hpc_plugins] == []
 	[1 |
+		not evaluated.hpc
 		not hpc_input.inert == true
 		not hpc_input.sbatch_only == true
 		not _fast_hpc_proved(profile.restricted, hpc)
@@ -218,12 +234,18 @@ decision := {
 	# (they compare a few numbers sar-bridge puts in the input). Profiles exist
 	# only where nothing else of the interLink and quota rules applies to every
 	# pod (an unknown restricted key, data quotas).
-	[1 | input.quota.request; _ = _quota_violations[_]] == []
+	[1 | not evaluated.quota; input.quota.request; _ = _quota_violations[_]] == []
 
 	# Site rules: the site's extension packages, evaluated rather than proved
 	# silent (sar-bridge keeps the fast path's tables only when every other
 	# rule decision can reach is embedded: policies/fastpath.go).
-	[1 | some name; _ = data.interlink.site[name].violations[_]] == []
+	[1 | some name; not evaluated[concat(".", ["site", name])]; _ = data.interlink.site[name].violations[_]] == []
+
+	# The evaluated rules' violations: none whose action at this front door is
+	# deny.
+	acted := _fast_acted(evaluated)
+	[1 | some [_, _, "deny"] in acted] == []
+	violations := _fast_violations(acted)
 
 	# Modifications: billing (policies/rules/billing), default limits and the
 	# tenant's HPC defaults, as _pod_annotations, _resource_limits and
@@ -365,6 +387,51 @@ modifications := object.union(
 # Data-only documents, computed once per load
 # ---------------------------------------------------------------------------
 
+_fast_images_listed if is_array(input.images)
+
+# The fast path's violations: those of the rules it evaluates (evaluated, the
+# rules in warn or audit), named as _rule_violations names them, each with its
+# action at this front door; none of the others.
+_fast_acted(evaluated) := set() if {
+	count(evaluated) == 0
+} else := {[r, m, _action(r)] | some [r, m] in _fast_named(evaluated)}
+
+_fast_named(evaluated) := (((((({["caps", m] | evaluated.caps; some m in _caps_violations} | {["protected-taints", m] | evaluated["protected-taints"]; some m in _protected_taints_violations}) | {["tenant-isolation", m] | evaluated["tenant-isolation"]; some m in _tenant_isolation_violations}) | {["restricted-annotations", m] | evaluated["restricted-annotations"]; some m in _restricted_annotations_violations}) | {["images", m] | evaluated.images; some m in _images_violations}) | {["quota", m] | evaluated.quota; some m in _quota_violations}) | {["hpc", m] | evaluated.hpc; some m in _hpc_violations}) | {[rule, _message(m)] |
+	some name
+	rule := concat(".", ["site", name])
+	evaluated[rule]
+	some m in data.interlink.site[name].violations
+}
+
+# As the decision lists them (_decision_violations).
+_fast_violations(acted) := [] if {
+	count(acted) == 0
+} else := [{"rule": r, "message": m, "action": a} | some [r, m, a] in sort(acted)]
+
+# The rules in warn or audit at some front door, which the fast path
+# evaluates; hpc and restricted-annotations share their checks there, so
+# either takes both.
+_pre_evaluated := {rule: true | some rule in (_pre_relaxed | _pre_hpc_pair)}
+
+_pre_relaxed := {rule |
+	enforcement := data.interlink.enforcement
+	is_object(enforcement)
+	some rule, setting in enforcement
+	_pre_relaxes(setting)
+}
+
+_pre_relaxes(setting) if setting in {"warn", "audit"}
+
+_pre_relaxes(setting) if {
+	is_object(setting)
+	some action in setting
+	action in {"warn", "audit"}
+}
+
+_pre_hpc_pair := {"hpc", "restricted-annotations"} if {
+	count({"hpc", "restricted-annotations"} & _pre_relaxed) > 0
+} else := set()
+
 # The document sar-bridge precomputes: _pre_general plus "fast", the tables
 # of the fast path, which are only worth building once per load (so the
 # fast path is taken only where they were precomputed).
@@ -378,6 +445,7 @@ _precompute := object.union(_pre_general, {"fast": object.union(
 		"hpc_defaults": _pre_hpc_defaults,
 		"unfree_options": {name: true | some name in (_hpc_never | {n | some n, _ in _hpc_value_lists})},
 		"image_prefixes": _pre_image_prefixes,
+		"evaluated": _pre_evaluated,
 	},
 	{"default_limits": d | d := _pre_general.default_limits},
 )})

@@ -536,25 +536,54 @@ test_precompute_no_profiles if {
 	quotas.fast.profiles == {}
 }
 
-# Without input.resources or input.tolerations (a caller that is not
-# sar-bridge, an amount the bridge could not parse, tolerations that are not
-# a list), the general rules decide.
+# Without input.resources, input.tolerations or, where image registries are
+# set, input.images (a caller that is not sar-bridge, an amount the bridge
+# could not parse, tolerations or containers that are not a list), the general
+# rules decide.
 test_fast_path_needs_bridged_input if {
+	registries := {"tenant-a": ["ghcr.io/example", "docker.io/library/"]}
 	pre := authz._precompute with data.interlink.limits as limits
 		with data.interlink.protected_taints as protected
+		with data.interlink.image_registries as registries
 	every inp in [
 		base,
 		object.union(bridged(base), {"resources": null}),
 		object.union(bridged(base), {"tolerations": null}),
 		object.remove(bridged(base), ["tolerations"]),
+		object.union(bridged(base), {"tolerations": {"equal": {}, "other": {}}}),
+		object.union(bridged(base), {"images": null}),
+		object.remove(bridged(base), ["images"]),
 	] {
 		d := authz.decision with input as inp
 			with data.interlink.limits as limits
 			with data.interlink.protected_taints as protected
+			with data.interlink.image_registries as registries
 			with data.sar_bridge.precomputed.interlink.authz as pre
 			with authz.allow as "general rules"
 		d.allowed == "general rules"
 	}
+}
+
+# The same input with input.images, as the bridge derives it for the pod's
+# busybox, takes the fast path; with an image from elsewhere, the general rules.
+test_fast_path_reads_input_images if {
+	images_decision("docker.io/library/busybox").allowed == true
+	images_decision("docker.io/library/busybox").violations == []
+	images_decision("quay.io/busybox").allowed == "general rules"
+	images_decision(null).allowed == "general rules"
+}
+
+images_decision(repository) := d if {
+	registries := {"tenant-a": ["ghcr.io/example", "docker.io/library/"]}
+	pre := authz._precompute with data.interlink.limits as limits
+		with data.interlink.protected_taints as protected
+		with data.interlink.image_registries as registries
+	d := authz.decision with input as object.union(bridged(base), {"images": [{"kind": "container", "name": "main", "repository": repository}]})
+		with data.interlink.limits as limits
+		with data.interlink.protected_taints as protected
+		with data.interlink.image_registries as registries
+		with data.sar_bridge.precomputed.interlink.authz as pre
+		with authz.allow as "general rules"
 }
 
 # ---------------------------------------------------------------------------
