@@ -106,18 +106,20 @@ decision := {
 	tenant := input.tenant
 	is_string(tenant)
 
-	# The rules in warn or audit at some front door (data.interlink.enforcement)
-	# are evaluated rather than proved silent (fast.evaluated; with hpc or
-	# restricted-annotations, both): their checks below stand aside, and
-	# their violations are named and acted at the end, as the general rules
-	# do.
+	# The rules in warn or audit at some front door (data.interlink.enforcement:
+	# fast.evaluated) are evaluated rather than proved silent: their checks
+	# below stand aside (each tests it last, so that a pod that breaks no rule
+	# pays nothing for it), and their violations are named and acted at the
+	# end, as the general rules do. hpc and restricted-annotations, whose
+	# checks are interleaved, are always proved: a pod that breaks one of them
+	# in warn or audit takes the general rules.
 	evaluated := fast.evaluated
 
 	# Caps (policies/rules/caps): no container's amount over the subject's
 	# caps (a cap is "none" where the subject has none: no number is greater).
 	largest := input.resources.largest
-	[1 | not evaluated.caps; c := largest.cpu; c > profile.cpu] == []
-	[1 | not evaluated.caps; m := largest.memory; m > profile.memory] == []
+	[1 | c := largest.cpu; c > profile.cpu; not evaluated.caps] == []
+	[1 | m := largest.memory; m > profile.memory; not evaluated.caps] == []
 
 	# Protected taints (policies/rules/protected-taints): no toleration of a
 	# protected key with an operator other than Equal, nor with a value the
@@ -125,22 +127,21 @@ decision := {
 	# (limit 0, else "none").
 	tolerations := input.tolerations
 	keyless_exists := tolerations.keyless_exists
-	[1 | not evaluated["protected-taints"]; not keyless_exists <= fast.keyless_exists_limit] == []
-	[1 | not evaluated["protected-taints"]; some key, _ in fast.protected_keys; tolerations.other[key]] == []
+	[1 | not keyless_exists <= fast.keyless_exists_limit; not evaluated["protected-taints"]] == []
+	[1 | some key, _ in fast.protected_keys; tolerations.other[key]; not evaluated["protected-taints"]] == []
 	[1 |
-		not evaluated["protected-taints"]
 		some key, denied in profile.denied_tolerations
 		some value, _ in tolerations.equal[key]
 		denied[value]
+		not evaluated["protected-taints"]
 	] == []
 
 	# Tenant isolation (policies/rules/tenant-isolation): no tenant label, node
 	# label, nodeSelector or required node affinity (In) of another tenant.
 	label := input.tenant_label
-	[v | not evaluated["tenant-isolation"]; v := input.node.labels[label]; v != tenant] == []
-	[v | not evaluated["tenant-isolation"]; v := input.pod.spec.nodeSelector[label]; v != tenant] == []
+	[v | v := input.node.labels[label]; v != tenant; not evaluated["tenant-isolation"]] == []
+	[v | v := input.pod.spec.nodeSelector[label]; v != tenant; not evaluated["tenant-isolation"]] == []
 	[1 |
-		not evaluated["tenant-isolation"]
 		terms := input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
 		is_array(terms)
 		some term in terms
@@ -153,19 +154,20 @@ decision := {
 		is_array(values)
 		some other in values
 		other != tenant
+		not evaluated["tenant-isolation"]
 	] == []
 
 	# Images (policies/rules/images): every container's repository, which
 	# sar-bridge normalises as _image_name does (input.images), under a prefix
 	# of the tenant's entry, else of "*" (fast.image_prefixes: null where no
 	# entry applies, so images are not restricted): the containers under one
-	# are all of them.
-	# (Negated, a call on an undefined reference fails rather than holds:
-	# hence _fast_images_listed.)
+	# are all of them. (Where images is in warn or audit, no entry applies
+	# here.) input.images must be a list (a negated call on an undefined
+	# reference fails rather than holds, so absent is tested apart).
 	image_prefixes := object.get(fast.image_prefixes, tenant, fast.image_prefixes["*"])
-	[1 | not evaluated.images; image_prefixes != null; not _fast_images_listed] == []
+	[1 | image_prefixes != null; not input.images] == []
+	[1 | image_prefixes != null; images := input.images; not is_array(images)] == []
 	[1 |
-		not evaluated.images
 		image_prefixes != null
 		images := input.images
 		count({i |
@@ -194,7 +196,6 @@ decision := {
 	# grants the flags, any option but those of fast.unfree_options (--uid,
 	# --gid, and the ones of _hpc_value_lists, which need a listed value).
 	[1 |
-		not evaluated.hpc
 		not profile.restricted["slurm-job.vk.io/flags"]
 		some name, value in hpc_input.sbatch.options
 		not hpc.options[name]
@@ -205,7 +206,6 @@ decision := {
 	# subjects it grants slurm-job.vk.io/flags may set any option but those of
 	# fast.unfree_options.
 	[1 |
-		not evaluated.hpc
 		profile.restricted["slurm-job.vk.io/flags"]
 		some name, value in hpc_input.sbatch.options
 		fast.unfree_options[name]
@@ -214,16 +214,15 @@ decision := {
 
 	# HPC (policies/rules/hpc): GPUs without a flavor only where the plugin's
 	# own choice is the tenant's (gpu_auto).
-	[1 | not evaluated.hpc; hpc_input.gpus > 0; not input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.gpu_auto] == []
+	[1 | hpc_input.gpus > 0; not input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.gpu_auto] == []
 
 	# Only the node's plugin's findings count; most pods have none, and then
 	# the node's plugin is never looked up (a tenant's open_fields are left
 	# to the general rules).
 	bound := hpc_input.bound_plugins
 	is_array(bound)
-	[1 | not evaluated.hpc; some p in bound; p in _hpc_plugins] == []
+	[1 | some p in bound; p in _hpc_plugins] == []
 	[1 |
-		not evaluated.hpc
 		not hpc_input.inert == true
 		not hpc_input.sbatch_only == true
 		not _fast_hpc_proved(profile.restricted, hpc)
@@ -234,18 +233,17 @@ decision := {
 	# (they compare a few numbers sar-bridge puts in the input). Profiles exist
 	# only where nothing else of the interLink and quota rules applies to every
 	# pod (an unknown restricted key, data quotas).
-	[1 | not evaluated.quota; input.quota.request; _ = _quota_violations[_]] == []
+	[1 | input.quota.request; _ = _quota_violations[_]; not evaluated.quota] == []
 
 	# Site rules: the site's extension packages, evaluated rather than proved
 	# silent (sar-bridge keeps the fast path's tables only when every other
 	# rule decision can reach is embedded: policies/fastpath.go).
-	[1 | some name; not evaluated[concat(".", ["site", name])]; _ = data.interlink.site[name].violations[_]] == []
+	[1 | some name; _ = data.interlink.site[name].violations[_]; not evaluated[concat(".", ["site", name])]] == []
 
 	# The evaluated rules' violations: none whose action at this front door is
 	# deny.
-	acted := _fast_acted(evaluated)
-	[1 | some [_, _, "deny"] in acted] == []
-	violations := _fast_violations(acted)
+	[1 | fast.relaxed; not _fast_violations(evaluated)] == []
+	violations := [v | fast.relaxed; some v in _fast_violations(evaluated)]
 
 	# Modifications: billing (policies/rules/billing), default limits and the
 	# tenant's HPC defaults, as _pod_annotations, _resource_limits and
@@ -387,37 +385,30 @@ modifications := object.union(
 # Data-only documents, computed once per load
 # ---------------------------------------------------------------------------
 
-_fast_images_listed if is_array(input.images)
+# The fast path's violations where some rule is in warn or audit: those of
+# the rules it evaluates (evaluated), named as _rule_violations names them,
+# each with its action at this front door, and none denying (undefined: the
+# general rules decide).
+_fast_violations(evaluated) := [{"rule": r, "message": m, "action": a} | some [r, m, a] in sort(acted)] if {
+	acted := {[r, m, _action(r)] | some [r, m] in _fast_named(evaluated)}
+	[1 | some [_, _, "deny"] in acted] == []
+}
 
-# The fast path's violations: those of the rules it evaluates (evaluated, the
-# rules in warn or audit), named as _rule_violations names them, each with its
-# action at this front door; none of the others.
-_fast_acted(evaluated) := set() if {
-	count(evaluated) == 0
-} else := {[r, m, _action(r)] | some [r, m] in _fast_named(evaluated)}
-
-_fast_named(evaluated) := (((((({["caps", m] | evaluated.caps; some m in _caps_violations} | {["protected-taints", m] | evaluated["protected-taints"]; some m in _protected_taints_violations}) | {["tenant-isolation", m] | evaluated["tenant-isolation"]; some m in _tenant_isolation_violations}) | {["restricted-annotations", m] | evaluated["restricted-annotations"]; some m in _restricted_annotations_violations}) | {["images", m] | evaluated.images; some m in _images_violations}) | {["quota", m] | evaluated.quota; some m in _quota_violations}) | {["hpc", m] | evaluated.hpc; some m in _hpc_violations}) | {[rule, _message(m)] |
+_fast_named(evaluated) := (((({["caps", m] | evaluated.caps; some m in _caps_violations} | {["protected-taints", m] | evaluated["protected-taints"]; some m in _protected_taints_violations}) | {["tenant-isolation", m] | evaluated["tenant-isolation"]; some m in _tenant_isolation_violations}) | {["images", m] | evaluated.images; some m in _images_violations}) | {["quota", m] | evaluated.quota; some m in _quota_violations}) | {[rule, _message(m)] |
 	some name
 	rule := concat(".", ["site", name])
 	evaluated[rule]
 	some m in data.interlink.site[name].violations
 }
 
-# As the decision lists them (_decision_violations).
-_fast_violations(acted) := [] if {
-	count(acted) == 0
-} else := [{"rule": r, "message": m, "action": a} | some [r, m, a] in sort(acted)]
-
 # The rules in warn or audit at some front door, which the fast path
-# evaluates; hpc and restricted-annotations share their checks there, so
-# either takes both.
-_pre_evaluated := {rule: true | some rule in (_pre_relaxed | _pre_hpc_pair)}
-
-_pre_relaxed := {rule |
+# evaluates, but hpc and restricted-annotations (always proved there).
+_pre_evaluated := {rule: true |
 	enforcement := data.interlink.enforcement
 	is_object(enforcement)
 	some rule, setting in enforcement
 	_pre_relaxes(setting)
+	not rule in {"hpc", "restricted-annotations", "review", "interlink.authz"}
 }
 
 _pre_relaxes(setting) if setting in {"warn", "audit"}
@@ -427,10 +418,6 @@ _pre_relaxes(setting) if {
 	some action in setting
 	action in {"warn", "audit"}
 }
-
-_pre_hpc_pair := {"hpc", "restricted-annotations"} if {
-	count({"hpc", "restricted-annotations"} & _pre_relaxed) > 0
-} else := set()
 
 # The document sar-bridge precomputes: _pre_general plus "fast", the tables
 # of the fast path, which are only worth building once per load (so the
@@ -446,14 +433,18 @@ _precompute := object.union(_pre_general, {"fast": object.union(
 		"unfree_options": {name: true | some name in (_hpc_never | {n | some n, _ in _hpc_value_lists})},
 		"image_prefixes": _pre_image_prefixes,
 		"evaluated": _pre_evaluated,
+		"relaxed": count(_pre_evaluated) > 0,
 	},
 	{"default_limits": d | d := _pre_general.default_limits},
 )})
 
 # The image prefixes of each tenant data.interlink.image_registries names, and
 # of "*" (null without its entry: images not restricted), as sets: what
-# _image_prefixes lists for them ({} where the entry allows no image).
-_pre_image_prefixes := object.union({"*": null}, {tenant: {p: true | some p in _prefixes(entries)} |
+# _image_prefixes lists for them ({} where the entry allows no image); "*"
+# alone where images is in warn or audit (the fast path evaluates it).
+_pre_image_prefixes := {"*": null} if {
+	_pre_evaluated.images
+} else := object.union({"*": null}, {tenant: {p: true | some p in _prefixes(entries)} |
 	registries := data.interlink.image_registries
 	is_object(registries)
 	some tenant, entries in registries
