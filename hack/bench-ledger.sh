@@ -8,7 +8,8 @@
 # whose hard.pods is exactly the job's size and half of it (all admitted; exactly half).
 # It prints the decision latency (p50, p90, p99, max) of each, and for the charged jobs the ledger writes
 # per admitted pod (sar_bridge_ledger_writes_total{result="success"} of every replica),
-# the conflicts, the charges per write, and the status writes the API server served. It
+# the conflicts, the charges per write, the status writes the API server served, and how
+# long the decision path's ledger rounds took (sar_bridge_ledger_write_seconds). It
 # measures only: nothing here passes or fails on a figure.
 #
 #   hack/bench-ledger.sh                          # needs bin/sar-bridge and the control plane

@@ -209,6 +209,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		l.mu.Unlock()
 		return nil
 	}
+	defer l.timeRound(time.Now())
 	reports := st.unreported
 	st.unreported = nil
 	held := st.free

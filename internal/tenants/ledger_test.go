@@ -241,6 +241,7 @@ func TestLedgerConfirmedPod(t *testing.T) {
 // TestLedgerWriteMetrics: sar_bridge_ledger_writes_total{result="success"} counts the
 // writes that landed and sar_bridge_ledger_batch_size the charges each carried: a batch
 // whose charges were all refused, or all made before, writes nothing and counts nothing.
+// sar_bridge_ledger_write_seconds times every round, one a batch, written or not.
 func TestLedgerWriteMetrics(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -271,16 +272,19 @@ func TestLedgerWriteMetrics(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var batches uint64
+			var batches, rounds uint64
 			var sum float64
 			for _, f := range families {
-				if f.GetName() == "sar_bridge_ledger_batch_size" {
+				switch f.GetName() {
+				case "sar_bridge_ledger_batch_size":
 					batches, sum = f.GetMetric()[0].GetHistogram().GetSampleCount(), f.GetMetric()[0].GetHistogram().GetSampleSum()
+				case "sar_bridge_ledger_write_seconds":
+					rounds = f.GetMetric()[0].GetHistogram().GetSampleCount()
 				}
 			}
-			got := fmt.Sprintf("%d writes landed, success %v, %d batches of %v charges",
-				writes.Load(), testutil.ToFloat64(l.metrics.writes.WithLabelValues("success")), batches, sum)
-			want := fmt.Sprintf("%d writes landed, success %d, %d batches of %d charges", tc.writes, tc.writes, tc.writes, tc.charged)
+			got := fmt.Sprintf("%d writes landed, success %v, %d batches of %v charges, %d rounds timed",
+				writes.Load(), testutil.ToFloat64(l.metrics.writes.WithLabelValues("success")), batches, sum, rounds)
+			want := fmt.Sprintf("%d writes landed, success %d, %d batches of %d charges, %d rounds timed", tc.writes, tc.writes, tc.writes, tc.charged, len(tc.charges))
 			if got != want {
 				t.Errorf("%s, want %s", got, want)
 			}

@@ -252,6 +252,10 @@ type ledgerCounters struct {
 	charged, already, refused      float64
 	batchCount, batchSum           float64
 	buckets                        map[string]float64 // cumulative, by le
+	// The decision path's ledger rounds (sar_bridge_ledger_write_seconds): a create
+	// that does not fit its bridge's slice waits for one.
+	roundCount, roundSum float64
+	roundBuckets         map[string]float64 // cumulative, by le
 	// The reconciler's status writes and their conflicts with the decisions' (the
 	// leader's).
 	reconcileWrites, reconcileConflicts float64
@@ -262,7 +266,7 @@ type ledgerCounters struct {
 
 // readCounters reads the replicas' ledger metrics and the API server's status writes.
 func readCounters(cl *cluster.Cluster, bridges []*cluster.Bridge) (ledgerCounters, error) {
-	c := ledgerCounters{buckets: map[string]float64{}}
+	c := ledgerCounters{buckets: map[string]float64{}, roundBuckets: map[string]float64{}}
 	for _, b := range bridges {
 		s, err := b.Metrics()
 		if err != nil {
@@ -278,9 +282,14 @@ func readCounters(cl *cluster.Cluster, bridges []*cluster.Bridge) (ledgerCounter
 		c.batchSum += s.Sum("sar_bridge_ledger_batch_size_sum", nil)
 		c.reconcileWrites += s.Sum("sar_bridge_ledger_reconciles_total", map[string]string{"result": "written"})
 		c.reconcileConflicts += s.Sum("sar_bridge_ledger_reconcile_conflicts_total", nil)
+		c.roundCount += s.Sum("sar_bridge_ledger_write_seconds_count", nil)
+		c.roundSum += s.Sum("sar_bridge_ledger_write_seconds_sum", nil)
 		for _, x := range s {
-			if x.Name == "sar_bridge_ledger_batch_size_bucket" {
+			switch x.Name {
+			case "sar_bridge_ledger_batch_size_bucket":
 				c.buckets[x.Labels["le"]] += x.Value
+			case "sar_bridge_ledger_write_seconds_bucket":
+				c.roundBuckets[x.Labels["le"]] += x.Value
 			}
 		}
 	}
@@ -299,11 +308,15 @@ func (c ledgerCounters) minus(o ledgerCounters) ledgerCounters {
 		writes: c.writes - o.writes, conflicts: c.conflicts - o.conflicts, writeErrors: c.writeErrors - o.writeErrors,
 		charged: c.charged - o.charged, already: c.already - o.already, refused: c.refused - o.refused,
 		batchCount: c.batchCount - o.batchCount, batchSum: c.batchSum - o.batchSum, buckets: map[string]float64{},
+		roundCount: c.roundCount - o.roundCount, roundSum: c.roundSum - o.roundSum, roundBuckets: map[string]float64{},
 		reconcileWrites: c.reconcileWrites - o.reconcileWrites, reconcileConflicts: c.reconcileConflicts - o.reconcileConflicts,
 		apiStatusWrites: c.apiStatusWrites - o.apiStatusWrites,
 	}
 	for le, v := range c.buckets {
 		d.buckets[le] = v - o.buckets[le]
+	}
+	for le, v := range c.roundBuckets {
+		d.roundBuckets[le] = v - o.roundBuckets[le]
 	}
 	return d
 }
@@ -394,6 +407,36 @@ func decideJob(cl *cluster.Cluster, bridges []*cluster.Bridge, pods []*corev1.Po
 	return r, nil
 }
 
+// rounds sums the phase's ledger rounds up: how many, their mean, and the bucket
+// bounds their p50 and p99 fall under.
+func rounds(c ledgerCounters) string {
+	if c.roundCount == 0 {
+		return "none"
+	}
+	type b struct{ le, n float64 }
+	var bs []b
+	for le, n := range c.roundBuckets {
+		v, err := strconv.ParseFloat(le, 64)
+		if err != nil {
+			v = math.Inf(1)
+		}
+		bs = append(bs, b{v, n})
+	}
+	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
+	under := func(q float64) string {
+		for _, x := range bs {
+			if x.n >= q*c.roundCount {
+				if math.IsInf(x.le, 1) {
+					break
+				}
+				return fmt.Sprintf("≤ %g s", x.le)
+			}
+		}
+		return fmt.Sprintf("> %g s", bs[len(bs)-2].le)
+	}
+	return fmt.Sprintf("%g, mean %.0f ms, p50 %s, p99 %s", c.roundCount, 1000*c.roundSum/c.roundCount, under(0.5), under(0.99))
+}
+
 // histogram turns cumulative buckets into "≤1: n, 2: n, 3–4: n, …" of the batches.
 func histogram(buckets map[string]float64) string {
 	type b struct {
@@ -468,8 +511,8 @@ func report(c config, results []phaseResult, statusBytes int, used string, pendi
 	fmt.Println()
 	for _, r := range results {
 		if r.writes > 0 {
-			fmt.Printf("round %d, %s: charges per write (batches): %s; charges: %v charged, %v already, %v refused; write errors %v\n",
-				r.round, r.name, r.histogram, r.counters.charged, r.counters.already, r.counters.refused, r.counters.writeErrors)
+			fmt.Printf("round %d, %s: charges per write (batches): %s; charges: %v charged, %v already, %v refused; write errors %v; ledger rounds of the decision path (a create that misses its slice waits for one): %s\n",
+				r.round, r.name, r.histogram, r.counters.charged, r.counters.already, r.counters.refused, r.counters.writeErrors, rounds(r.counters))
 		}
 	}
 	for i, without := range results {
