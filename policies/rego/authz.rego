@@ -162,23 +162,10 @@ decision := {
 	# of the tenant's entry, else of "*" (fast.image_prefixes: null where no
 	# entry applies, so images are not restricted): the containers under one
 	# are all of them. (Where images is in warn or audit, no entry applies
-	# here.) input.images must be a list (a negated call on an undefined
-	# reference fails rather than holds, so absent is tested apart).
+	# here.)
+	images := input.images
 	image_prefixes := object.get(fast.image_prefixes, tenant, fast.image_prefixes["*"])
-	[1 | image_prefixes != null; not input.images] == []
-	[1 | image_prefixes != null; images := input.images; not is_array(images)] == []
-	[1 |
-		image_prefixes != null
-		images := input.images
-		count({i |
-			some i, c in images
-			repository := c.repository
-			is_string(repository)
-			name := concat("", [repository, "/"])
-			some p, _ in image_prefixes
-			startswith(name, p)
-		}) != count(images)
-	] == []
+	[1 | image_prefixes != null; not _fast_images_under(images, image_prefixes)] == []
 
 	# HPC (policies/rules/hpc), proved silent on what sar-bridge derives from
 	# the pod in Go (input.hpc). Most pods set nothing the HPC side reads (inert) or only sbatch options that could be
@@ -242,8 +229,7 @@ decision := {
 
 	# The evaluated rules' violations: none whose action at this front door is
 	# deny.
-	[1 | fast.relaxed; not _fast_violations(evaluated)] == []
-	violations := [v | fast.relaxed; some v in _fast_violations(evaluated)]
+	violations := _fast_tail
 
 	# Modifications: billing (policies/rules/billing), default limits and the
 	# tenant's HPC defaults, as _pod_annotations, _resource_limits and
@@ -384,6 +370,28 @@ modifications := object.union(
 # ---------------------------------------------------------------------------
 # Data-only documents, computed once per load
 # ---------------------------------------------------------------------------
+
+# Images (policies/rules/images) on the fast path: every member of images
+# (input.images) names a repository under one of prefixes ({prefix: true},
+# each ending in "/", as _image_prefixes lists them): the members under one
+# are all of them.
+_fast_images_under(images, prefixes) if {
+	is_array(images)
+	count({i |
+		some i, c in images
+		repository := c.repository
+		is_string(repository)
+		name := concat("", [repository, "/"])
+		some p, _ in prefixes
+		startswith(name, p)
+	}) == count(images)
+}
+
+# The fast path's violations: none where no rule is in warn or audit, and
+# else _fast_violations (undefined where one denies).
+_fast_tail := [] if {
+	not data.sar_bridge.precomputed.interlink.authz.fast.relaxed
+} else := _fast_violations(data.sar_bridge.precomputed.interlink.authz.fast.evaluated)
 
 # The fast path's violations where some rule is in warn or audit: those of
 # the rules it evaluates (evaluated), named as _rule_violations names them,

@@ -284,7 +284,16 @@ test_non_create_skips_violations if {
 # The fast path reads input.resources and input.tolerations, which
 # sar-bridge adds to every pod decision (policies/resources.go,
 # policies/tolerations.go): bridged(inp) adds them the same way.
-bridged(inp) := object.union(inp, {"resources": bridge_resources(inp.pod), "tolerations": bridge_tolerations(inp.pod)})
+bridged(inp) := object.union(inp, {"resources": bridge_resources(inp.pod), "tolerations": bridge_tolerations(inp.pod), "images": bridge_images(inp.pod)})
+
+# input.images as policies.PodImages makes it (for containers; the tests'
+# pods have no others): each repository normalised by the rule's own
+# _image_name, null where it is undefined.
+bridge_images(pod) := [{"kind": "container", "name": object.get(c, "name", ""), "repository": bridge_repository(c)} | some c in pod.spec.containers]
+
+bridge_repository(c) := r if {
+	r := authz._image_name(c.image)
+} else := null
 
 bridge_tolerations(pod) := {"equal": by_value, "other": other, "keyless_exists": count(keyless)} if {
 	ts := [t | some t in bridge_toleration_list(pod); is_object(t)]
@@ -550,8 +559,9 @@ test_fast_path_needs_bridged_input if {
 		object.union(bridged(base), {"resources": null}),
 		object.union(bridged(base), {"tolerations": null}),
 		object.remove(bridged(base), ["tolerations"]),
-		object.union(bridged(base), {"tolerations": {"equal": {}, "other": {}}}),
-		object.union(bridged(base), {"images": null}),
+		object.union(object.remove(bridged(base), ["tolerations"]), {"tolerations": {"equal": {}, "other": {}}}),
+		object.union(object.remove(bridged(base), ["images"]), {"images": null}),
+		object.union(object.remove(bridged(base), ["images"]), {"images": {"main": "docker.io/library/busybox"}}),
 		object.remove(bridged(base), ["images"]),
 	] {
 		d := authz.decision with input as inp
