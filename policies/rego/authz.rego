@@ -394,19 +394,13 @@ _fast_tail := [] if {
 } else := _fast_violations(data.sar_bridge.precomputed.interlink.authz.fast.evaluated)
 
 # The fast path's violations where some rule is in warn or audit: those of
-# the rules it evaluates (evaluated), named as _rule_violations names them,
+# the rules it evaluates (evaluated), named as _rule_violations names them
+# (_violations_of),
 # each with its action at this front door, and none denying (undefined: the
 # general rules decide).
 _fast_violations(evaluated) := [{"rule": r, "message": m, "action": a} | some [r, m, a] in sort(acted)] if {
-	acted := {[r, m, _action(r)] | some [r, m] in _fast_named(evaluated)}
+	acted := {[r, m, _action(r)] | some r, _ in evaluated; some m in _violations_of(r)}
 	[1 | some [_, _, "deny"] in acted] == []
-}
-
-_fast_named(evaluated) := (((({["caps", m] | evaluated.caps; some m in _caps_violations} | {["protected-taints", m] | evaluated["protected-taints"]; some m in _protected_taints_violations}) | {["tenant-isolation", m] | evaluated["tenant-isolation"]; some m in _tenant_isolation_violations}) | {["images", m] | evaluated.images; some m in _images_violations}) | {["quota", m] | evaluated.quota; some m in _quota_violations}) | {[rule, _message(m)] |
-	some name
-	rule := concat(".", ["site", name])
-	evaluated[rule]
-	some m in data.interlink.site[name].violations
 }
 
 # The rules in warn or audit at some front door, which the fast path
@@ -689,9 +683,31 @@ _named_violations := set() if {
 	not _rule_messages[msg]
 }
 
-_rule_violations := (((((({["caps", m] | some m in _caps_violations} | {["protected-taints", m] | some m in _protected_taints_violations}) | {["tenant-isolation", m] | some m in _tenant_isolation_violations}) | {["restricted-annotations", m] | some m in _restricted_annotations_violations}) | {["images", m] | some m in _images_violations}) | {["quota", m] | some m in _quota_violations}) | {["hpc", m] | some m in _hpc_violations}) | {[concat(".", ["site", name]), _message(m)] |
-	some name
-	some m in data.interlink.site[name].violations
+_rule_violations := {[rule, m] |
+	some rule in array.concat(_builtin_rules, [concat(".", ["site", name]) | some name, _ in data.interlink.site])
+	some m in _violations_of(rule)
+}
+
+# The rules that add to violations, by name; each rule's messages.
+_builtin_rules := ["caps", "protected-taints", "tenant-isolation", "restricted-annotations", "images", "quota", "hpc"]
+
+_violations_of("caps") := _caps_violations
+
+_violations_of("protected-taints") := _protected_taints_violations
+
+_violations_of("tenant-isolation") := _tenant_isolation_violations
+
+_violations_of("restricted-annotations") := _restricted_annotations_violations
+
+_violations_of("images") := _images_violations
+
+_violations_of("quota") := _quota_violations
+
+_violations_of("hpc") := _hpc_violations
+
+_violations_of(rule) := {_message(m) | some m in data.interlink.site[name].violations} if {
+	startswith(rule, "site.")
+	name := substring(rule, 5, -1)
 }
 
 _rule_messages := {m | some [_, m] in _rule_violations}
