@@ -16,9 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -730,6 +732,70 @@ func TestReconcilerLeaderElection(t *testing.T) {
 	if first.r.Leading() {
 		t.Error("the stopped reconciler says it leads")
 	}
+}
+
+// TestReconcilerLeadsAgainAfterLosingTheLease: a leader whose lease cannot be renewed
+// (the API server down, or refusing it while its RBAC syncs after a restart) ends its
+// term — it stops following pods and says it no longer leads — and once the API server
+// answers again it campaigns, leads and reconciles in a new term, with new pod sources.
+func TestReconcilerLeadsAgainAfterLosingTheLease(t *testing.T) {
+	leases := kubefake.NewClientset()
+	var down atomic.Bool
+	leases.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			return true, nil, errors.New("dial tcp: connect: connection refused")
+		}
+		return false, nil, nil
+	})
+	a, b := runningPod("team-a", "a", "2"), runningPod("team-a", "b", "2")
+	c := recScheme(t).WithObjects(a.DeepCopy(), b.DeepCopy(), quotaTenant("team-a", pendingCharge("team-a", "a", "2", time.Second), pendingCharge("team-a", "b", "2", time.Second))).Build()
+	pods := &sources{}
+	reg := prometheus.NewRegistry()
+	r, err := NewReconciler(ReconcilerOptions{
+		Client: c, Pods: pods.next, Directory: fakeDir{"team-a": nil}, TenantOf: tenantOf,
+		LeaseClient: leases, LeaseNamespace: "sar-bridge", Identity: "one",
+		LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+		Interval: time.Hour, Debounce: 10 * time.Millisecond, Registerer: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		if err := r.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-stopped })
+	pending := func() int { return len(status(t, c, "team-a").Pending) }
+
+	waitFor(t, "the first term", func() bool { return r.Leading() && pods.last() != nil && pods.last().running() })
+	first := pods.last()
+	first.add("vk-1", a)
+	waitFor(t, "a's charge confirmed in the first term", func() bool { return pending() == 1 })
+
+	down.Store(true)
+	waitFor(t, "the lease lost", func() bool { return !r.Leading() })
+	if first.running() {
+		t.Error("the lost term's pod source still runs")
+	}
+	if got := testutil.ToFloat64(r.metrics.leader); got != 0 {
+		t.Errorf("sar_bridge_ledger_leader %v after the lease was lost, want 0", got)
+	}
+	time.Sleep(500 * time.Millisecond) // campaigning against an API server that refuses
+	if r.Leading() {
+		t.Fatal("leads while the lease cannot be read")
+	}
+
+	down.Store(false)
+	waitFor(t, "a second term", func() bool { return r.Leading() && pods.last() != first && pods.last().running() })
+	if got := testutil.ToFloat64(r.metrics.leader); got != 1 {
+		t.Errorf("sar_bridge_ledger_leader %v in the second term, want 1", got)
+	}
+	pods.last().add("vk-1", b)
+	waitFor(t, "b's charge confirmed in the second term", func() bool { return pending() == 0 })
 }
 
 // TestReconcilerWaitsForPods: a new leader reconciles nothing before its pods are
