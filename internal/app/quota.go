@@ -210,6 +210,10 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 	if err != nil {
 		return quotaParts{}, fmt.Errorf("--quota.enabled: %w", err)
 	}
+	// A quota set, or a tenant the view shows late, is reconciled within a second.
+	if err := dir.OnChange(r.TenantChanged); err != nil {
+		return quotaParts{}, err
+	}
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)

@@ -43,6 +43,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -139,6 +140,10 @@ type Reconciler struct {
 	// termMu is held for a whole leadership term, so a term has ended before the next
 	// one begins.
 	termMu sync.Mutex
+	// following is the term whose rounds run now (nil between terms and before the
+	// first lists); generations are the OffloadTenant generations TenantChanged saw.
+	following   atomic.Pointer[term]
+	generations sync.Map // tenant name → specSeen
 }
 
 // NewReconciler checks the options and returns a Reconciler that does nothing until Run.
@@ -365,6 +370,8 @@ func (r *Reconciler) follow(ctx context.Context) error {
 		return nil
 	}
 	tm.enqueueAll()
+	r.following.Store(tm)
+	defer r.following.CompareAndSwap(tm, nil)
 	go tm.tick(ctx)
 	go func() {
 		<-ctx.Done()
@@ -379,6 +386,29 @@ func (r *Reconciler) follow(ctx context.Context) error {
 // of the next Debounce into it.
 func (tm *term) namespaceChanged(namespace string) {
 	tm.queue.AddAfter(tm.r.opts.TenantOf(namespace), tm.r.opts.Debounce)
+}
+
+// TenantChanged schedules a round of tenant t when its spec generation is new to this
+// reconciler (a quota set or changed, a tenant its view of the OffloadTenants had not
+// shown yet, as after an API server restart, when informers re-list up to a minute
+// later), so that its pods are confirmed and counted within Debounce rather than at
+// the next Interval. Status writes, which leave the generation alone, schedule nothing:
+// pod events and the ledger's own rounds cover those.
+func (r *Reconciler) TenantChanged(t *v1alpha1.OffloadTenant) {
+	now := specSeen{uid: t.UID, generation: t.Generation}
+	if old, seen := r.generations.Swap(t.Name, now); seen && old.(specSeen) == now {
+		return
+	}
+	if tm := r.following.Load(); tm != nil {
+		tm.queue.AddAfter(t.Name, r.opts.Debounce)
+	}
+}
+
+// specSeen is an OffloadTenant's spec as TenantChanged last saw it: a tenant deleted
+// and made again under its name starts its generations anew.
+type specSeen struct {
+	uid        types.UID
+	generation int64
 }
 
 func (tm *term) enqueueAll() {

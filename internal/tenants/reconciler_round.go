@@ -82,8 +82,8 @@ func (tm *term) reconcile(ctx context.Context, tenant string) error {
 	if _, ok := tm.r.opts.Directory.Quota(tenant); !ok {
 		// No quota (any more): nothing charges it. Or this replica's view of the
 		// OffloadTenants lags (its informer backing off after the API server restarted,
-		// up to a minute): a round once it has caught up does the work. Said at debug
-		// level, since a round that does nothing is otherwise silent.
+		// up to a minute): TenantChanged schedules a round once it has caught up. Said
+		// at debug level, since a round that does nothing is otherwise silent.
 		level.Debug(tm.r.logger).Log("msg", "no quota in this replica's view of the OffloadTenants: nothing to reconcile", "tenant", tenant)
 		return nil
 	}

@@ -891,3 +891,83 @@ func runUntilCleanup(t *testing.T, r *Reconciler) {
 	}()
 	t.Cleanup(func() { cancel(); <-stopped })
 }
+
+// lateDir is a view of the OffloadTenants that shows some of them late, as an informer
+// re-listing after the API server restarted does.
+type lateDir struct {
+	mu    sync.Mutex
+	shown fakeDir
+}
+
+func (d *lateDir) show(name string) { d.mu.Lock(); d.shown[name] = nil; d.mu.Unlock() }
+func (d *lateDir) WithQuota() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.shown.WithQuota()
+}
+func (d *lateDir) Quota(name string) (*v1alpha1.OffloadTenant, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.shown.Quota(name)
+}
+func (d *lateDir) HasSynced() bool { return true }
+
+// TestReconcilerTenantChanged: a tenant the view shows late (its pod's events came
+// while the view had no quota for it) is reconciled as soon as TenantChanged says so,
+// not at the next Interval; a status write (same generation) schedules nothing, a new
+// spec generation schedules a round.
+func TestReconcilerTenantChanged(t *testing.T) {
+	a := runningPod("team-a", "a", "2")
+	teamA := quotaTenant("team-a", pendingCharge("team-a", "a", "2", time.Second))
+	c := recScheme(t).WithObjects(a.DeepCopy(), teamA.DeepCopy(), quotaTenant("team-b")).Build()
+	dir := &lateDir{shown: fakeDir{"team-b": nil}}
+	pods := &sources{}
+	r, err := NewReconciler(ReconcilerOptions{
+		Client: c, Pods: pods.next, Directory: dir, TenantOf: tenantOf,
+		LeaseClient: kubefake.NewClientset(), LeaseNamespace: "sar-bridge", Identity: "one",
+		Interval: time.Hour, Debounce: 10 * time.Millisecond, Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		if err := r.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-stopped })
+	rounds := func() float64 {
+		var n float64
+		for _, result := range []string{reconcileWritten, reconcileUnchanged} {
+			n += testutil.ToFloat64(r.metrics.reconciles.WithLabelValues(result))
+		}
+		return n
+	}
+	pending := func() int { return len(status(t, c, "team-a").Pending) }
+
+	waitFor(t, "the term to follow pods", func() bool { return r.Leading() && pods.last() != nil && pods.last().running() })
+	waitFor(t, "team-b's first round", func() bool { return rounds() == 1 })
+	pods.last().add("vk-1", a) // team-a's round finds no quota in the view: nothing
+	time.Sleep(200 * time.Millisecond)
+	if pending() != 1 || rounds() != 1 {
+		t.Fatalf("%d pending, %v rounds before the view shows team-a; want 1 and 1", pending(), rounds())
+	}
+
+	dir.show("team-a")
+	r.TenantChanged(teamA)
+	waitFor(t, "a's charge confirmed after TenantChanged", func() bool { return pending() == 0 })
+	settled := rounds()
+
+	r.TenantChanged(teamA) // a status write: the same generation
+	time.Sleep(200 * time.Millisecond)
+	if got := rounds(); got != settled {
+		t.Errorf("%v rounds after a change of the same generation, want %v", got, settled)
+	}
+	respec := teamA.DeepCopy()
+	respec.Generation++
+	r.TenantChanged(respec)
+	waitFor(t, "a round for the new generation", func() bool { return rounds() == settled+1 })
+}
