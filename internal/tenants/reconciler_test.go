@@ -760,15 +760,7 @@ func TestReconcilerLeadsAgainAfterLosingTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		if err := r.Run(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-stopped })
+	runUntilCleanup(t, r)
 	pending := func() int { return len(status(t, c, "team-a").Pending) }
 
 	waitFor(t, "the first term", func() bool { return r.Leading() && pods.last() != nil && pods.last().running() })
@@ -930,15 +922,7 @@ func TestReconcilerTenantChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		if err := r.Run(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-stopped })
+	runUntilCleanup(t, r)
 	rounds := func() float64 {
 		var n float64
 		for _, result := range []string{reconcileWritten, reconcileUnchanged} {

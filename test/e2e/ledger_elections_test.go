@@ -96,31 +96,6 @@ func TestLedgerTwoElections(t *testing.T) {
 	}
 }
 
-// leaseNamespaceYAML is a namespace where the suite's bridges may hold the reconciler's
-// Lease (lgFixtures' Role, there).
-func leaseNamespaceYAML(ns string) string {
-	return fmt.Sprintf(`
-apiVersion: v1
-kind: Namespace
-metadata: {name: %[1]s}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: sar-bridge-ledger-lease, namespace: %[1]s}
-rules:
-  - apiGroups: ["coordination.k8s.io"]
-    resources: ["leases"]
-    verbs: ["get", "create", "update"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: sar-bridge-ledger-lease, namespace: %[1]s}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: sar-bridge-ledger-lease}
-subjects:
-  - {kind: ServiceAccount, name: sar-bridge, namespace: sar-bridge}
-`, ns)
-}
-
 // ledgerGauges is what a bridge's metrics say of its reconciler: whether it leads and
 // follows pods, and its rounds by result.
 func ledgerGauges(b *cluster.Bridge) string {

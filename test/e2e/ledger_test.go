@@ -61,7 +61,7 @@ var tenantGVR = schema.GroupVersionResource{Group: "sar-bridge.io", Version: "v1
 
 // lgFixtures: the virtual node, and the lease namespace with the Role the bridge needs
 // there (what manifests/base grants in its own namespace).
-const lgFixtures = `
+var lgFixtures = `
 apiVersion: v1
 kind: Node
 metadata:
@@ -72,13 +72,19 @@ spec:
   taints:
     - {key: virtual-node.interlink/no-schedule, value: "true", effect: NoSchedule}
 ---
+` + leaseNamespaceYAML(lgLeaseNS)
+
+// leaseNamespaceYAML is a namespace where the suite's bridges may hold the reconciler's
+// Lease (the Role manifests/base grants in its own namespace).
+func leaseNamespaceYAML(ns string) string {
+	return fmt.Sprintf(`
 apiVersion: v1
 kind: Namespace
-metadata: {name: lgr-lease}
+metadata: {name: %[1]s}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
-metadata: {name: sar-bridge-ledger-lease, namespace: lgr-lease}
+metadata: {name: sar-bridge-ledger-lease, namespace: %[1]s}
 rules:
   - apiGroups: ["coordination.k8s.io"]
     resources: ["leases"]
@@ -86,11 +92,12 @@ rules:
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
-metadata: {name: sar-bridge-ledger-lease, namespace: lgr-lease}
+metadata: {name: sar-bridge-ledger-lease, namespace: %[1]s}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: sar-bridge-ledger-lease}
 subjects:
   - {kind: ServiceAccount, name: sar-bridge, namespace: sar-bridge}
-`
+`, ns)
+}
 
 // lgArgs are the flags of every bridge of these tests: their own lease, and rounds of
 // the reconciler every 2s (besides those pod events start).
