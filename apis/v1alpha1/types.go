@@ -83,10 +83,11 @@ type OffloadTenantStatus struct {
 	// Pending are the charges the reconciler has not confirmed yet: a decision charged
 	// them, and the pod has not been seen since (or not labelled). A charge is kept
 	// here until the pod is seen and labelled, has ended, or is found missing after
-	// the pending timeout.
+	// the pending timeout. Charges made in one write for the same namespace, node,
+	// amounts and cluster are stored as one entry that lists the further pods in
+	// pods, so that a burst's status stays small (PendingCharges).
 	// +optional
-	// +listType=atomic
-	Pending []Charge `json:"pending,omitempty"`
+	Pending PendingCharges `json:"pending,omitempty"`
 
 	// PendingCount is len(Pending), for kubectl get. Always written, 0 included, so a
 	// ledger with nothing pending shows 0 there rather than <none>.
@@ -168,6 +169,12 @@ type Charge struct {
 	// only that cluster's reconciler confirms or releases it. Empty without a hub.
 	// +optional
 	Cluster string `json:"cluster,omitempty"`
+	// Pods are further pods charged in the same write with the same namespace, node,
+	// amounts and cluster, each as NAME/UID (either may be empty): each is a charge
+	// of its own. Only in the stored form: a decoded Charge is one pod.
+	// +optional
+	// +listType=atomic
+	Pods []string `json:"pods,omitempty"`
 }
 
 // ClusterUsage is one member cluster's part of a hub's tenant.

@@ -76,9 +76,10 @@ type SliceOptions struct {
 // report a second cost a bridge a handful of writes for its third of the burst (make
 // bench-ledger); every write is one more chance to conflict with the other bridges' and
 // the reconciler's, each conflict a re-read and rewrite of a status of up to 2,000
-// pending charges, so fewer writes is what keeps the slowest creates fast. A quarter
-// of the unsliced room at most per grant, and none below four slices of Min, keeps a
-// nearly full (or small) quota in the unsliced remainder, charged exactly.
+// pending charges, so fewer writes is what keeps the slowest creates fast. A slice of
+// a quarter at most of the room no other slice holds, and no grant below four slices of
+// Min unsliced, keeps a nearly full (or small) quota in the unsliced remainder, charged
+// exactly.
 const (
 	DefaultSliceLease   = 15 * time.Second
 	DefaultSliceReport  = time.Second
@@ -322,13 +323,13 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		switch {
 		case !frozen:
 			if !lost && !nearEnd && size > podsWorth(room, unit) && podsWorth(room, unit) < size/2+1 {
-				grant = grantFor(&t, opts, l.opts.MaxPending, unit, size-podsWorth(room, unit))
+				grant = grantFor(&t, opts, opts.Holder, l.opts.MaxPending, unit, size-podsWorth(room, unit))
 			}
 		case len(t.Spec.Nodes) > 0 || len(t.Spec.Hard) == 0 || idle || waitOthers || nearEnd:
 			room = nil // per-node caps are charged exactly; idle, wanted or near the end: returned
 		default:
 			if want := size - podsWorth(room, unit); want > 0 {
-				grant = grantFor(&t, opts, l.opts.MaxPending, unit, want)
+				grant = grantFor(&t, opts, opts.Holder, l.opts.MaxPending, unit, want)
 			}
 		}
 		room = add(room, grant)
@@ -514,19 +515,27 @@ func unsliced(t *v1alpha1.OffloadTenant) corev1.ResourceList {
 	return Sub(t.Spec.Hard, add(t.Status.Used, slicesSum(t, "")))
 }
 
-// grantFor is the room to add to a slice: want pods of unit, at most 1/grantShare of
-// what no slice holds (hard − used − Σ slices, t's slices as they are being written)
-// and of the pending entries left; nil when that is less than one pod, or when what no
-// slice holds is less than grantShare slices of the smallest size: near its end (and
-// for a small quota) every create is charged with a write, as without slices, so no
-// room is stranded in a replica that does not need it.
-func grantFor(t *v1alpha1.OffloadTenant, opts SliceOptions, maxPending int, unit corev1.ResourceList, want int) corev1.ResourceList {
+// grantFor is the room to add to holder's slice: want pods of unit, so that the slice
+// holds at most 1/grantShare of the room no other slice holds (hard − used − Σ others'
+// slices, t's slices as they are being written), and at most 1/grantShare of the
+// pending entries left; nil when that is less than one pod, or when what no slice holds
+// is less than grantShare slices of the smallest size: near its end (and for a small
+// quota) every create is charged with a write, as without slices, so no room is
+// stranded in a replica that does not need it. The bound is on the slice, not on each
+// grant: a holder topped up grant after grant near the end of a small quota held a
+// third of it (hard 200: 50, then 21 more), which a replica that dies strands until its
+// lease expires.
+func grantFor(t *v1alpha1.OffloadTenant, opts SliceOptions, holder string, maxPending int, unit corev1.ResourceList, want int) corev1.ResourceList {
 	u := restrict(unit, t.Spec.Hard)
 	free := podsWorth(unsliced(t), u)
 	if free < grantShare*opts.Min {
 		return nil
 	}
-	n := min(want, free/grantShare, (maxPending-len(t.Status.Pending))/grantShare)
+	mine := 0
+	if i := sliceIndex(t.Status.Slices, holder); i >= 0 {
+		mine = podsWorth(t.Status.Slices[i].Amounts, u)
+	}
+	n := min(want, (free+mine)/grantShare-mine, (maxPending-len(t.Status.Pending))/grantShare)
 	if n <= 0 || isZero(u) {
 		return nil
 	}

@@ -280,3 +280,46 @@ func TestSlicesDeadHolder(t *testing.T) {
 		t.Errorf("%d allowed after the take-back, want 37", allowed)
 	}
 }
+
+// A slice holds at most a quarter of the room no other slice holds, however many grants
+// topped it up: what a replica that dies strands until its lease expires.
+func TestGrantFor(t *testing.T) {
+	pod := list("pods", "1")
+	slice := func(holder string, pods int) v1alpha1.Slice {
+		return v1alpha1.Slice{Holder: holder, Amounts: list("pods", fmt.Sprint(pods))}
+	}
+	for _, tc := range []struct {
+		name             string
+		hard, used, want int
+		slices           []v1alpha1.Slice
+		pending          int
+		grant            string // pods granted, "" for none
+	}{
+		{"first slice of a quota of 200: a quarter", 200, 0, 128, nil, 0, "50"},
+		{"the next ones: a quarter of what is left", 200, 0, 128, []v1alpha1.Slice{slice("a", 50)}, 0, "37"},
+		{"a large quota: what is wanted", 100000, 0, 128, nil, 0, "128"},
+		// hard 200, 30 used, c holds 20 still, a 37, b 28: 85 unsliced. Per grant (a
+		// quarter of 85) c would reach 41; per slice, a quarter of 105 is 26: 6 more.
+		{"topped up: the slice, not the grant, is bounded", 200, 30, 128, []v1alpha1.Slice{slice("c", 20), slice("a", 37), slice("b", 28)}, 0, "6"},
+		{"a slice already at its share: nothing", 200, 30, 128, []v1alpha1.Slice{slice("c", 30), slice("a", 37), slice("b", 28)}, 0, ""},
+		{"near the end (under 4 slices of Min unsliced): nothing", 200, 140, 128, nil, 0, ""},
+		{"pending entries left bound it too", 100000, 0, 128, nil, 1900, "25"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := tenant("team-a", list("pods", fmt.Sprint(tc.hard)), nil)
+			obj.Status.Used = list("pods", fmt.Sprint(tc.used))
+			obj.Status.Slices = tc.slices
+			obj.Status.Pending = make([]v1alpha1.Charge, tc.pending)
+			opts := SliceOptions{}
+			opts.defaults()
+			grant := grantFor(obj, opts, "c", DefaultMaxPending, pod, tc.want)
+			got := ""
+			if grant != nil {
+				got = grant.Pods().String()
+			}
+			if got != tc.grant {
+				t.Errorf("granted %q pods, want %q", got, tc.grant)
+			}
+		})
+	}
+}

@@ -416,3 +416,47 @@ type noPods struct{}
 func (noPods) VirtualPods(context.Context) ([]*corev1.Pod, error) { return nil, nil }
 
 func namespaceTenant(namespace string) string { return namespace }
+
+// An OffloadTenant CRD older than the bridge prunes the pods an entry of status.pending
+// groups: a write that lost charges is no allow.
+func TestLedgerOldCRD(t *testing.T) {
+	cases := []struct {
+		name  string
+		batch []string
+		want  []string // each create's error, "" for charged
+	}{
+		{"one pod: an entry of its own, kept", []string{"a"}, []string{""}},
+		{"a batch: grouped, pruned", []string{"a", "b"}, []string{
+			`charging tenant "team-a": the API server kept 1 of the 2 pending charges written to tenant "team-a": its OffloadTenant CRD is older than this bridge (apply manifests/crds)`,
+			`charging tenant "team-a": the API server kept 1 of the 2 pending charges written to tenant "team-a": its OffloadTenant CRD is older than this bridge (apply manifests/crds)`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fakeClient(t, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				if err := c.SubResource(sub).Update(ctx, obj, opts...); err != nil {
+					return err
+				}
+				// What such an API server answers: each entry's first pod only (one
+				// entry here: the batch is charged in one second).
+				o := obj.(*v1alpha1.OffloadTenant)
+				o.Status.Pending = o.Status.Pending[:min(1, len(o.Status.Pending))]
+				return nil
+			}}, tenant("team-a", corev1.ResourceList{"pods": resource.MustParse("10")}, nil))
+			l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant})
+			var batch []*waiter
+			for _, name := range tc.batch {
+				batch = append(batch, &waiter{req: onePod(name)})
+			}
+			results := l.write(context.Background(), "team-a", batch)
+			for i, err := range results {
+				got := ""
+				if err != nil {
+					got = err.Error()
+				}
+				if got != tc.want[i] {
+					t.Errorf("create %s: %q, want %q", tc.batch[i], got, tc.want[i])
+				}
+			}
+		})
+	}
+}

@@ -487,8 +487,13 @@ func tenantStatus(ctx context.Context, cl *cluster.Cluster) (size int, used stri
 		return 0, "", 0, err
 	}
 	used, _, _ = unstructured.NestedString(u.Object, "status", "used", "pods")
+	// Stored, an entry lists the further pods of its batch in pods (v1alpha1.PendingCharges).
 	list, _, _ := unstructured.NestedSlice(u.Object, "status", "pending")
-	return len(b), used, len(list), nil
+	for _, e := range list {
+		pods, _, _ := unstructured.NestedStringSlice(e.(map[string]any), "pods")
+		pending += 1 + len(pods)
+	}
+	return len(b), used, pending, nil
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
