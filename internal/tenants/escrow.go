@@ -323,13 +323,13 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		switch {
 		case !frozen:
 			if !lost && !nearEnd && size > podsWorth(room, unit) && podsWorth(room, unit) < size/2+1 {
-				grant = grantFor(&t, opts, opts.Holder, l.opts.MaxPending, unit, size-podsWorth(room, unit))
+				grant = grantFor(&t, opts, l.opts.MaxPending, unit, size-podsWorth(room, unit))
 			}
 		case len(t.Spec.Nodes) > 0 || len(t.Spec.Hard) == 0 || idle || waitOthers || nearEnd:
 			room = nil // per-node caps are charged exactly; idle, wanted or near the end: returned
 		default:
 			if want := size - podsWorth(room, unit); want > 0 {
-				grant = grantFor(&t, opts, opts.Holder, l.opts.MaxPending, unit, want)
+				grant = grantFor(&t, opts, l.opts.MaxPending, unit, want)
 			}
 		}
 		room = add(room, grant)
@@ -515,7 +515,7 @@ func unsliced(t *v1alpha1.OffloadTenant) corev1.ResourceList {
 	return Sub(t.Spec.Hard, add(t.Status.Used, slicesSum(t, "")))
 }
 
-// grantFor is the room to add to holder's slice: want pods of unit, so that the slice
+// grantFor is the room to add to opts.Holder's slice: want pods of unit, so that the slice
 // holds at most 1/grantShare of the room no other slice holds (hard − used − Σ others'
 // slices, t's slices as they are being written), and at most 1/grantShare of the
 // pending entries left; nil when that is less than one pod, or when what no slice holds
@@ -525,14 +525,14 @@ func unsliced(t *v1alpha1.OffloadTenant) corev1.ResourceList {
 // grant: a holder topped up grant after grant near the end of a small quota held a
 // third of it (hard 200: 50, then 21 more), which a replica that dies strands until its
 // lease expires.
-func grantFor(t *v1alpha1.OffloadTenant, opts SliceOptions, holder string, maxPending int, unit corev1.ResourceList, want int) corev1.ResourceList {
+func grantFor(t *v1alpha1.OffloadTenant, opts SliceOptions, maxPending int, unit corev1.ResourceList, want int) corev1.ResourceList {
 	u := restrict(unit, t.Spec.Hard)
 	free := podsWorth(unsliced(t), u)
 	if free < grantShare*opts.Min {
 		return nil
 	}
 	mine := 0
-	if i := sliceIndex(t.Status.Slices, holder); i >= 0 {
+	if i := sliceIndex(t.Status.Slices, opts.Holder); i >= 0 {
 		mine = podsWorth(t.Status.Slices[i].Amounts, u)
 	}
 	n := min(want, (free+mine)/grantShare-mine, (maxPending-len(t.Status.Pending))/grantShare)

@@ -310,9 +310,9 @@ func TestGrantFor(t *testing.T) {
 			obj.Status.Used = list("pods", fmt.Sprint(tc.used))
 			obj.Status.Slices = tc.slices
 			obj.Status.Pending = make([]v1alpha1.Charge, tc.pending)
-			opts := SliceOptions{}
+			opts := SliceOptions{Holder: "c"}
 			opts.defaults()
-			grant := grantFor(obj, opts, "c", DefaultMaxPending, pod, tc.want)
+			grant := grantFor(obj, opts, DefaultMaxPending, pod, tc.want)
 			got := ""
 			if grant != nil {
 				got = grant.Pods().String()
