@@ -12,25 +12,32 @@ import (
 // check is the policy's logic, not concurrency, and the race detector makes each
 // evaluation about 8 times slower: under -race a full corpus took the package past go
 // test's 10 minutes on 2 cores. So make unit runs them twice: under -race each loop
-// compares a sample (a different tenth for every data set and document, so that
+// compares a sample (a different twentieth for every data set and document, so that
 // together they still touch every input), and without the race detector
 // (-corpus=full, the default there) every input of every loop.
 var corpus = flag.String("corpus", "", `how much of the heavy tests' corpora to compare: "full" or "sample" (default: "sample" under -race, else "full")`)
 
 // corpusSampleEvery is how sparse a sample is: one input in this many.
-const corpusSampleEvery = 10
+const corpusSampleEvery = 20
 
 // corpusStride is 1 for the full corpus and corpusSampleEvery for a sample.
 func corpusStride(t testing.TB) int {
+	t.Helper()
+	return corpusStrideEvery(t, corpusSampleEvery)
+}
+
+// corpusStrideEvery is 1 for the full corpus and every for a sample: a loop whose
+// checks need more of its corpus than the heavy tests' sample samples more densely.
+func corpusStrideEvery(t testing.TB, every int) int {
 	t.Helper()
 	switch *corpus {
 	case "full":
 		return 1
 	case "sample":
-		return corpusSampleEvery
+		return every
 	case "":
 		if raceEnabled {
-			return corpusSampleEvery
+			return every
 		}
 		return 1
 	}
@@ -41,7 +48,13 @@ func corpusStride(t testing.TB) int {
 // inCorpus says whether input i of the loop named by the parts is compared in this run.
 func inCorpus(t testing.TB, i int, parts ...any) bool {
 	t.Helper()
-	stride := corpusStride(t)
+	return inCorpusEvery(t, corpusSampleEvery, i, parts...)
+}
+
+// inCorpusEvery is inCorpus for a sample of one input in every.
+func inCorpusEvery(t testing.TB, every, i int, parts ...any) bool {
+	t.Helper()
+	stride := corpusStrideEvery(t, every)
 	if stride == 1 {
 		return true
 	}
