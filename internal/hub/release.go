@@ -48,7 +48,7 @@ func ReleaseCluster(ctx context.Context, c client.Client, hubClient kubernetes.I
 			if !tenants.ReleaseCluster(&t, cluster) {
 				return nil
 			}
-			return c.Status().Update(ctx, &t)
+			return tenants.UpdateStatus(ctx, c, &t)
 		})
 		switch {
 		case apierrors.IsNotFound(err):

@@ -515,8 +515,7 @@ func sortedNames(l corev1.ResourceList) []corev1.ResourceName {
 // updateStatus writes t's status, resourceVersion-checked, counting a conflict; when it
 // lands, adoptedPods is how many pods it adopted (adopted: the write carries a count).
 func (l *Ledger) updateStatus(ctx context.Context, t *v1alpha1.OffloadTenant, adopted bool) (adoptedPods int, err error) {
-	written := len(t.Status.Pending)
-	err = storedWhole(t, written, l.client.Status().Update(ctx, t))
+	err = UpdateStatus(ctx, l.client, t)
 	if apierrors.IsConflict(err) {
 		l.metrics.writes.WithLabelValues("conflict").Inc()
 	}
@@ -527,16 +526,21 @@ func (l *Ledger) updateStatus(ctx context.Context, t *v1alpha1.OffloadTenant, ad
 	return adoptedPods, err
 }
 
-// storedWhole checks that a status write that landed kept every pending charge: an
-// OffloadTenant CRD older than the bridge prunes the pods an entry groups
-// (v1alpha1.PendingCharges), and a charge it dropped would let the quota overshoot. t
-// is the object the API server answered with, written the number of charges sent.
-func storedWhole(t *v1alpha1.OffloadTenant, written int, err error) error {
-	if err == nil && len(t.Status.Pending) != written {
+// UpdateStatus writes t's status, resourceVersion-checked, and checks that the write
+// kept every pending charge: an OffloadTenant CRD older than the bridge prunes the pods
+// an entry groups (v1alpha1.PendingCharges), and a charge it dropped would let the quota
+// overshoot. Every status write of a ledger goes through it. t becomes what the API
+// server answered.
+func UpdateStatus(ctx context.Context, c client.Client, t *v1alpha1.OffloadTenant) error {
+	written := len(t.Status.Pending)
+	if err := c.Status().Update(ctx, t); err != nil {
+		return err
+	}
+	if len(t.Status.Pending) != written {
 		return fmt.Errorf("the API server kept %d of the %d pending charges written to tenant %q: its OffloadTenant CRD is older than this bridge (apply manifests/crds)",
 			len(t.Status.Pending), written, t.Name)
 	}
-	return err
+	return nil
 }
 
 type ledgerMetrics struct {

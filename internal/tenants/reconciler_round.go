@@ -317,7 +317,7 @@ func (tm *term) write(ctx context.Context, first *v1alpha1.OffloadTenant, resolv
 		}
 		recordElection(&next, tm.r.record(now))
 		t.Status = next
-		if err := storedWhole(t, len(next.Pending), tm.r.opts.Tenants.Status().Update(ctx, t)); err != nil {
+		if err := UpdateStatus(ctx, tm.r.opts.Tenants, t); err != nil {
 			if apierrors.IsConflict(err) {
 				tm.r.metrics.conflicts.Inc()
 			}
