@@ -32,10 +32,11 @@ var (
 	fastTables = storage.Path{"sar_bridge", "precomputed", "interlink", "authz", "fast"}
 )
 
-// fastPathBlocker names the first rule, in the order an evaluation of decision reaches
-// them, that is neither embedded nor in an extension package; "" when there is none.
+// fastPathBlocker names the first rule, in the order an evaluation of decision (then of
+// the HPC proof the evaluator sets input.hpc.proved from, hpcproof.go) reaches them,
+// that is neither embedded nor in an extension package; "" when there is none.
 func fastPathBlocker(c *ast.Compiler) string {
-	for _, r := range reachableRules(c, decisionRef) {
+	for _, r := range append(reachableRules(c, decisionRef), reachableRules(c, hpcProofRef)...) {
 		if strings.HasPrefix(r.Location.File, embeddedPrefix) || r.Module.Package.Path.HasPrefix(extensionRef) {
 			continue
 		}

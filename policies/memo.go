@@ -201,6 +201,9 @@ func (e *Evaluator) EvalValue(ctx context.Context, path []string, input ast.Valu
 	if err != nil || p == nil {
 		return Result{Memo: MemoOff}, err
 	}
+	if input, err = e.withHPCProof(ctx, path, input, m); err != nil {
+		return Result{Memo: MemoOff}, err
+	}
 	if m.Salt == nil || !p.footprint.memoisable() {
 		v, defined, err := e.evalQuery(ctx, path, p, input)
 		return Result{Value: v, Defined: defined, Memo: MemoOff}, err

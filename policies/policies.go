@@ -388,6 +388,9 @@ func (e *Evaluator) Eval(ctx context.Context, path []string, input map[string]an
 			return nil, false, fmt.Errorf("converting input: %w", err)
 		}
 	}
+	if value, err = e.withHPCProof(ctx, path, value, Memo{}); err != nil {
+		return nil, false, err
+	}
 	v, defined, err := e.evalQuery(ctx, path, p, value)
 	if err != nil || !defined {
 		return nil, defined, err

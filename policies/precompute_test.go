@@ -10,7 +10,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
@@ -117,6 +119,23 @@ func TestPrecomputeMatchesFallback(t *testing.T) {
 						if string(got) != string(want) {
 							ij, _ := json.Marshal(in)
 							t.Errorf("%s, data %s, input %d %s:\nprecomputed %s\n   fallback %s", doc, dname, i, ij, got, want)
+						}
+						if doc != "decision" {
+							continue
+						}
+						// As the bridge evaluates it: the HPC proof apart (hpcproof.go).
+						v, err := ast.InterfaceToValue(in)
+						if err != nil {
+							t.Fatal(err)
+						}
+						res, err := e.EvalValue(context.Background(), decisionPath, v, Memo{Salt: []byte(fmt.Sprint(dname, i)), Expires: time.Now().Add(time.Hour)})
+						if err != nil {
+							t.Fatalf("data %s, input %d: %v", dname, i, err)
+						}
+						bv, _ := ast.JSON(res.Value)
+						if bj, _ := json.Marshal(bv); string(bj) != string(want) {
+							ij, _ := json.Marshal(in)
+							t.Errorf("decision, data %s, input %d %s:\nas the bridge %s\n    fallback %s", dname, i, ij, bj, want)
 						}
 					}
 				}

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -300,6 +301,20 @@ func TestSamples(t *testing.T) {
 				oj, _ := json.Marshal(without)
 				if string(wj) != string(oj) {
 					t.Errorf("%s: the decision with the precomputed tables differs from the one without:\n   with %s\nwithout %s", name, wj, oj)
+				}
+				// The decision as the bridge evaluates it: the HPC proof apart (hpcproof.go),
+				// with a memo of its own salt, so evaluated here.
+				parsed, err := ast.InterfaceToValue(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := w.e.EvalValue(context.Background(), decisionPath, parsed, Memo{Salt: []byte(name), Expires: time.Now().Add(time.Hour)})
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				bv, _ := ast.JSON(res.Value)
+				if bj, _ := json.Marshal(bv); string(bj) != string(wj) {
+					t.Errorf("%s: the decision as the bridge evaluates it differs from the one with the precomputed tables:\nbridge %s\n  with %s", name, bj, wj)
 				}
 				d, _ := with.(map[string]any)
 				if d["allowed"] != s.Want.Allowed {

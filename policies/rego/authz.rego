@@ -33,7 +33,9 @@
 #     the number of expressions it evaluates, a built-in call costing two or
 #     three lookups, so every check is a lookup or a comparison; the checks
 #     only pods that set more than sbatch options need are in
-#     _fast_hpc_proved, called for those alone.
+#     _fast_hpc_proved, called for those alone, and only when sar-bridge has
+#     not proved them already (_fast_hpc_proof, input.hpc.proved: the pods of
+#     a job share that proof).
 #   - The general rules read input through references
 #     (`input.pod.spec.containers`), never hand it to a function (a call
 #     plugs and hashes its arguments); the few helpers left build messages
@@ -212,6 +214,7 @@ decision := {
 	[1 |
 		not hpc_input.inert == true
 		not hpc_input.sbatch_only == true
+		not hpc_input.proved == true
 		not _fast_hpc_proved(profile.restricted, hpc)
 	] == []
 
@@ -263,6 +266,25 @@ decision := {
 	"modifications": modifications,
 	"review": _review_doc,
 	"violations": _decision_violations,
+}
+
+# HPC (policies/rules/hpc): _fast_hpc_proved as the fast path calls it, on the
+# same profile and HPC settings, as a document of its own: sar-bridge evaluates
+# it before the decision and sets input.hpc.proved when it holds
+# (policies/hpcproof.go), remembering it per tenant, subject and what the HPC
+# side reads of the pod, which the pods of one job share while their names and
+# amounts differ. input.hpc is the bridge's: a caller's proved is never read.
+_fast_hpc_proof if {
+	fast := data.sar_bridge.precomputed.interlink.authz.fast
+	user := input.subject.username
+	groups := input.subject.groups
+	is_array(groups)
+	profile := fast.profiles[object.get(fast.users, user, "*")][concat("", {fast.groups[g] | some g in groups})]
+	tenant := input.tenant
+	is_string(tenant)
+	hpc := object.get(fast.hpc_defaults, tenant, fast.hpc_defaults["*"])
+	is_object(hpc)
+	_fast_hpc_proved(profile.restricted, hpc)
 }
 
 # The rest of the HPC rules (policies/rules/hpc) and the restricted annotations
