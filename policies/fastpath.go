@@ -33,10 +33,10 @@ var (
 )
 
 // fastPathBlocker names the first rule, in the order an evaluation of decision (then of
-// the HPC proof the evaluator sets input.hpc.proved from, hpcproof.go) reaches them,
+// the shared checks the evaluator sets input.hpc.proved from, sharedproof.go) reaches them,
 // that is neither embedded nor in an extension package; "" when there is none.
 func fastPathBlocker(c *ast.Compiler) string {
-	for _, r := range append(reachableRules(c, decisionRef), reachableRules(c, hpcProofRef)...) {
+	for _, r := range append(reachableRules(c, decisionRef), reachableRules(c, sharedProofRef)...) {
 		if strings.HasPrefix(r.Location.File, embeddedPrefix) || r.Module.Package.Path.HasPrefix(extensionRef) {
 			continue
 		}

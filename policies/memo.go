@@ -201,7 +201,7 @@ func (e *Evaluator) EvalValue(ctx context.Context, path []string, input ast.Valu
 	if err != nil || p == nil {
 		return Result{Memo: MemoOff}, err
 	}
-	if input, err = e.withHPCProof(ctx, path, input, m); err != nil {
+	if input, err = e.withSharedProof(ctx, path, input, m); err != nil {
 		return Result{Memo: MemoOff}, err
 	}
 	if m.Salt == nil || !p.footprint.memoisable() {

@@ -388,7 +388,7 @@ func (e *Evaluator) Eval(ctx context.Context, path []string, input map[string]an
 			return nil, false, fmt.Errorf("converting input: %w", err)
 		}
 	}
-	if value, err = e.withHPCProof(ctx, path, value, Memo{}); err != nil {
+	if value, err = e.withSharedProof(ctx, path, value, Memo{}); err != nil {
 		return nil, false, err
 	}
 	v, defined, err := e.evalQuery(ctx, path, p, value)

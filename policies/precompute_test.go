@@ -123,7 +123,7 @@ func TestPrecomputeMatchesFallback(t *testing.T) {
 						if doc != "decision" {
 							continue
 						}
-						// As the bridge evaluates it: the HPC proof apart (hpcproof.go).
+						// As the bridge evaluates it: the shared checks apart (sharedproof.go).
 						v, err := ast.InterfaceToValue(in)
 						if err != nil {
 							t.Fatal(err)

@@ -302,7 +302,7 @@ func TestSamples(t *testing.T) {
 				if string(wj) != string(oj) {
 					t.Errorf("%s: the decision with the precomputed tables differs from the one without:\n   with %s\nwithout %s", name, wj, oj)
 				}
-				// The decision as the bridge evaluates it: the HPC proof apart (hpcproof.go),
+				// The decision as the bridge evaluates it: the shared checks apart (sharedproof.go),
 				// with a memo of its own salt, so evaluated here.
 				parsed, err := ast.InterfaceToValue(in)
 				if err != nil {

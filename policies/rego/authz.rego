@@ -33,9 +33,13 @@
 #     the number of expressions it evaluates, a built-in call costing two or
 #     three lookups, so every check is a lookup or a comparison; the checks
 #     only pods that set more than sbatch options need are in
-#     _fast_hpc_proved, called for those alone, and only when sar-bridge has
-#     not proved them already (_fast_hpc_proof, input.hpc.proved: the pods of
-#     a job share that proof).
+#     _fast_hpc_proved, called for those alone.
+#   - The checks whose inputs the pods of a job share (all but caps and
+#     quota: _fast_shared_silent) are a function the fast path calls unless
+#     sar-bridge evaluated them apart for the same input and remembered the
+#     answer (_fast_shared_proof, input.hpc.proved: policies/sharedproof.go);
+#     the pods of a job differ in names and amounts, which the decision memo
+#     keys on, but not in those.
 #   - The general rules read input through references
 #     (`input.pod.spec.containers`), never hand it to a function (a call
 #     plugs and hashes its arguments); the few helpers left build messages
@@ -123,100 +127,17 @@ decision := {
 	[1 | c := largest.cpu; c > profile.cpu; not evaluated.caps] == []
 	[1 | m := largest.memory; m > profile.memory; not evaluated.caps] == []
 
-	# Protected taints (policies/rules/protected-taints): no toleration of a
-	# protected key with an operator other than Equal, nor with a value the
-	# subject may not use; with protected taints, no keyless Exists toleration
-	# (limit 0, else "none").
-	tolerations := input.tolerations
-	keyless_exists := tolerations.keyless_exists
-	[1 | not keyless_exists <= fast.keyless_exists_limit; not evaluated["protected-taints"]] == []
-	[1 | some key, _ in fast.protected_keys; tolerations.other[key]; not evaluated["protected-taints"]] == []
-	[1 |
-		some key, denied in profile.denied_tolerations
-		some value, _ in tolerations.equal[key]
-		denied[value]
-		not evaluated["protected-taints"]
-	] == []
-
-	# Tenant isolation (policies/rules/tenant-isolation): no tenant label, node
-	# label, nodeSelector or required node affinity (In) of another tenant.
-	label := input.tenant_label
-	[v | v := input.node.labels[label]; v != tenant; not evaluated["tenant-isolation"]] == []
-	[v | v := input.pod.spec.nodeSelector[label]; v != tenant; not evaluated["tenant-isolation"]] == []
-	[1 |
-		terms := input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
-		is_array(terms)
-		some term in terms
-		exprs := term.matchExpressions
-		is_array(exprs)
-		some expr in exprs
-		expr.key == label
-		expr.operator == "In"
-		values := expr.values
-		is_array(values)
-		some other in values
-		other != tenant
-		not evaluated["tenant-isolation"]
-	] == []
-
-	# Images (policies/rules/images): every container's repository, which
-	# sar-bridge normalises as _image_name does (input.images), under a prefix
-	# of the tenant's entry, else of "*" (fast.image_prefixes: null where no
-	# entry applies, so images are not restricted): the containers under one
-	# are all of them. (Where images is in warn or audit, no entry applies
-	# here.)
-	images := input.images
-	image_prefixes := object.get(fast.image_prefixes, tenant, fast.image_prefixes["*"])
-	[1 | image_prefixes != null; not _fast_images_under(images, image_prefixes)] == []
-
-	# HPC (policies/rules/hpc), proved silent on what sar-bridge derives from
-	# the pod in Go (input.hpc). Most pods set nothing the HPC side reads (inert) or only sbatch options that could be
-	# read (sbatch_only); of the rules, only the ones on sbatch options, GPUs
-	# and the node's plugin's findings can then apply, and are checked here.
-	# Any other pod (a flavor, mounts, uids, restricted annotations...) is
-	# checked by _fast_hpc_proved. Of a tenant whose settings are readable
-	# (hpc_defaults: false otherwise).
+	# HPC (policies/rules/hpc): the settings of a tenant whose settings are
+	# readable (hpc_defaults: false otherwise), for the checks below and the
+	# modifications.
 	hpc := object.get(fast.hpc_defaults, tenant, fast.hpc_defaults["*"])
 	is_object(hpc)
 	hpc_input := input.hpc
-	is_object(hpc_input.script_bound)
 
-	# Each option one of the tenant's, or, for a subject restricted_annotations
-	# grants the flags, any option but those of fast.unfree_options (--uid,
-	# --gid, and the ones of _hpc_value_lists, which need a listed value).
-	[1 |
-		not profile.restricted["slurm-job.vk.io/flags"]
-		some name, value in hpc_input.sbatch.options
-		not hpc.options[name]
-		not hpc.values[name][value]
-	] == []
-
-	# Restricted annotations (policies/rules/restricted-annotations): the
-	# subjects it grants slurm-job.vk.io/flags may set any option but those of
-	# fast.unfree_options.
-	[1 |
-		profile.restricted["slurm-job.vk.io/flags"]
-		some name, value in hpc_input.sbatch.options
-		fast.unfree_options[name]
-		not hpc.values[name][value]
-	] == []
-
-	# HPC (policies/rules/hpc): GPUs without a flavor only where the plugin's
-	# own choice is the tenant's (gpu_auto).
-	[1 | hpc_input.gpus > 0; not input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.gpu_auto] == []
-
-	# Only the node's plugin's findings count; most pods have none, and then
-	# the node's plugin is never looked up (a tenant's open_fields are left
-	# to the general rules).
-	bound := hpc_input.bound_plugins
-	is_array(bound)
-	[1 | some p in bound; p in _hpc_plugins] == []
-	[1 |
-		not hpc_input.inert == true
-		not hpc_input.sbatch_only == true
-		not hpc_input.proved == true
-		not _fast_hpc_proved(profile.restricted, hpc)
-	] == []
+	# The checks whose inputs the pods of a job share (_fast_shared_silent:
+	# tolerations, tenant isolation, images, HPC), unless sar-bridge proved
+	# them apart for this very input (_fast_shared_proof, input.hpc.proved).
+	[1 | not hpc_input.proved == true; not _fast_shared_silent(profile, tenant, hpc)] == []
 
 	# Quota (policies/rules/quota): for a tenant with a quota
 	# (input.quota.request), its rules evaluated rather than proved silent
@@ -268,13 +189,114 @@ decision := {
 	"violations": _decision_violations,
 }
 
-# HPC (policies/rules/hpc): _fast_hpc_proved as the fast path calls it, on the
-# same profile and HPC settings, as a document of its own: sar-bridge evaluates
-# it before the decision and sets input.hpc.proved when it holds
-# (policies/hpcproof.go), remembering it per tenant, subject and what the HPC
-# side reads of the pod, which the pods of one job share while their names and
-# amounts differ. input.hpc is the bridge's: a caller's proved is never read.
-_fast_hpc_proof if {
+# The fast path's checks whose inputs the pods of one job share: the subject's
+# profile, the tenant and its HPC settings, the tolerations, the node's and the
+# pod's tenant labels, the images and what the HPC side reads of the pod, but
+# not each pod's own amounts (caps) or its quota. decision calls it unless
+# sar-bridge proved it apart (_fast_shared_proof).
+_fast_shared_silent(profile, tenant, hpc) if {
+	fast := data.sar_bridge.precomputed.interlink.authz.fast
+	evaluated := fast.evaluated
+	hpc_input := input.hpc
+
+	# Protected taints (policies/rules/protected-taints): no toleration of a
+	# protected key with an operator other than Equal, nor with a value the
+	# subject may not use; with protected taints, no keyless Exists toleration
+	# (limit 0, else "none").
+	tolerations := input.tolerations
+	keyless_exists := tolerations.keyless_exists
+	[1 | not keyless_exists <= fast.keyless_exists_limit; not evaluated["protected-taints"]] == []
+	[1 | some key, _ in fast.protected_keys; tolerations.other[key]; not evaluated["protected-taints"]] == []
+	[1 |
+		some key, denied in profile.denied_tolerations
+		some value, _ in tolerations.equal[key]
+		denied[value]
+		not evaluated["protected-taints"]
+	] == []
+
+	# Tenant isolation (policies/rules/tenant-isolation): no tenant label, node
+	# label, nodeSelector or required node affinity (In) of another tenant.
+	label := input.tenant_label
+	[v | v := input.node.labels[label]; v != tenant; not evaluated["tenant-isolation"]] == []
+	[v | v := input.pod.spec.nodeSelector[label]; v != tenant; not evaluated["tenant-isolation"]] == []
+	[1 |
+		terms := input.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
+		is_array(terms)
+		some term in terms
+		exprs := term.matchExpressions
+		is_array(exprs)
+		some expr in exprs
+		expr.key == label
+		expr.operator == "In"
+		values := expr.values
+		is_array(values)
+		some other in values
+		other != tenant
+		not evaluated["tenant-isolation"]
+	] == []
+
+	# Images (policies/rules/images): every container's repository, which
+	# sar-bridge normalises as _image_name does (input.images), under a prefix
+	# of the tenant's entry, else of "*" (fast.image_prefixes: null where no
+	# entry applies, so images are not restricted): the containers under one
+	# are all of them. (Where images is in warn or audit, no entry applies
+	# here.)
+	images := input.images
+	image_prefixes := object.get(fast.image_prefixes, tenant, fast.image_prefixes["*"])
+	[1 | image_prefixes != null; not _fast_images_under(images, image_prefixes)] == []
+
+	# HPC (policies/rules/hpc), proved silent on what sar-bridge derives from
+	# the pod in Go (input.hpc). Most pods set nothing the HPC side reads (inert) or only sbatch options that could be
+	# read (sbatch_only); of the rules, only the ones on sbatch options, GPUs
+	# and the node's plugin's findings can then apply, and are checked here.
+	# Any other pod (a flavor, mounts, uids, restricted annotations...) is
+	# checked by _fast_hpc_proved.
+	is_object(hpc_input.script_bound)
+
+	# Each option one of the tenant's, or, for a subject restricted_annotations
+	# grants the flags, any option but those of fast.unfree_options (--uid,
+	# --gid, and the ones of _hpc_value_lists, which need a listed value).
+	[1 |
+		not profile.restricted["slurm-job.vk.io/flags"]
+		some name, value in hpc_input.sbatch.options
+		not hpc.options[name]
+		not hpc.values[name][value]
+	] == []
+
+	# Restricted annotations (policies/rules/restricted-annotations): the
+	# subjects it grants slurm-job.vk.io/flags may set any option but those of
+	# fast.unfree_options.
+	[1 |
+		profile.restricted["slurm-job.vk.io/flags"]
+		some name, value in hpc_input.sbatch.options
+		fast.unfree_options[name]
+		not hpc.values[name][value]
+	] == []
+
+	# HPC (policies/rules/hpc): GPUs without a flavor only where the plugin's
+	# own choice is the tenant's (gpu_auto).
+	[1 | hpc_input.gpus > 0; not input.pod.metadata.annotations["slurm-job.vk.io/flavor"]; not hpc.gpu_auto] == []
+
+	# Only the node's plugin's findings count; most pods have none, and then
+	# the node's plugin is never looked up (a tenant's open_fields are left
+	# to the general rules).
+	bound := hpc_input.bound_plugins
+	is_array(bound)
+	[1 | some p in bound; p in _hpc_plugins] == []
+	[1 |
+		not hpc_input.inert == true
+		not hpc_input.sbatch_only == true
+		not _fast_hpc_proved(profile.restricted, hpc)
+	] == []
+}
+
+# _fast_shared_silent as decision calls it, on the same profile, tenant and HPC
+# settings, as a document of its own: sar-bridge evaluates it before the
+# decision and sets input.hpc.proved when it holds (policies/sharedproof.go),
+# remembering it like a decision, so the pods of a job, whose names and
+# amounts differ, prove it once. input.hpc is the bridge's: a caller's proved
+# is never read.
+_fast_shared_proof if {
 	fast := data.sar_bridge.precomputed.interlink.authz.fast
 	user := input.subject.username
 	groups := input.subject.groups
@@ -284,7 +306,7 @@ _fast_hpc_proof if {
 	is_string(tenant)
 	hpc := object.get(fast.hpc_defaults, tenant, fast.hpc_defaults["*"])
 	is_object(hpc)
-	_fast_hpc_proved(profile.restricted, hpc)
+	_fast_shared_silent(profile, tenant, hpc)
 }
 
 # The rest of the HPC rules (policies/rules/hpc) and the restricted annotations

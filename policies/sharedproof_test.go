@@ -12,7 +12,7 @@ import (
 )
 
 // hpcSample is the HPC pod of make bench-http where the tenant's images must come from
-// its registry: it takes the fast path through _fast_hpc_proved.
+// its registry: it takes the fast path, through _fast_hpc_proved too.
 func hpcSample(t *testing.T) sample {
 	t.Helper()
 	for _, s := range loadSamples(t) {
@@ -52,10 +52,10 @@ func proved(t *testing.T, in ast.Value) any {
 	return v.(map[string]any)["proved"]
 }
 
-// TestHPCProof: the evaluator sets input.hpc.proved from its own proof, only where the
+// TestSharedProof: the evaluator sets input.hpc.proved from its own proof, only where the
 // fast path reads it, removes a caller's, and remembers the proof across pods that
 // differ only in what it does not read.
-func TestHPCProof(t *testing.T) {
+func TestSharedProof(t *testing.T) {
 	s := hpcSample(t)
 	w := newThreeWays(t, newEvaluator, s.data(t))
 	ctx := context.Background()
@@ -68,8 +68,20 @@ func TestHPCProof(t *testing.T) {
 		hpc := obj.Get(hpcMember).Value.(ast.Object)
 		return withMember(obj, hpcMember, ast.NewTerm(withMember(hpc, provedKey, ast.InternedTerm(true))))
 	}
+	plainPod := func(pod map[string]any) {
+		annotations := pod["metadata"].(map[string]any)["annotations"].(map[string]any)
+		for k := range annotations {
+			delete(annotations, k)
+		}
+		delete(pod["spec"].(map[string]any), "securityContext")
+	}
+	otherImage := func(pod map[string]any) {
+		pod["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"] = "docker.io/example/trainer:1.4"
+	}
 	pod := hpcInput(t, s, "a", "16Gi", nil)
 	denied := hpcInput(t, s, "b", "16Gi", otherFlavor)
+	plain := hpcInput(t, s, "c", "16Gi", plainPod)
+	elsewhere := hpcInput(t, s, "d", "16Gi", otherImage)
 
 	tests := []struct {
 		name  string
@@ -83,14 +95,16 @@ func TestHPCProof(t *testing.T) {
 		{"data", decisionPath[:1], pod, memo(), true},
 		{"another document", []string{"interlink", "authz", "allow"}, pod, memo(), nil},
 		{"no memo: the decision proves it itself", decisionPath, pod, Memo{}, nil},
-		{"the proof fails", decisionPath, denied, memo(), nil},
+		{"a pod without HPC settings", decisionPath, plain, memo(), true},
+		{"the proof fails: a flavor not the tenant's", decisionPath, denied, memo(), nil},
+		{"the proof fails: an image from elsewhere", decisionPath, elsewhere, memo(), nil},
 		{"a caller's claim, the proof fails", decisionPath, claimsProved(denied), memo(), nil},
 		{"a caller's claim, no memo", decisionPath, claimsProved(pod), Memo{}, nil},
 		{"a caller's claim, another document", []string{"interlink", "authz", "deny"}, claimsProved(denied), memo(), nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := w.e.withHPCProof(ctx, tc.path, tc.in, tc.memo)
+			got, err := w.e.withSharedProof(ctx, tc.path, tc.in, tc.memo)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,6 +122,8 @@ func TestHPCProof(t *testing.T) {
 		allowed bool
 	}{
 		{"proved", pod, true},
+		{"without HPC settings", plain, true},
+		{"an image from elsewhere, proof claimed", claimsProved(elsewhere), false},
 		{"flavor not the tenant's", denied, false},
 		{"flavor not the tenant's, proof claimed", claimsProved(denied), false},
 	} {
@@ -142,7 +158,7 @@ func TestHPCProof(t *testing.T) {
 		name, memory string
 		want         MemoOutcome
 	}{{"p1", "1Gi", MemoMiss}, {"p2", "2Gi", MemoMiss}, {"p3", "3Gi", MemoHit}} {
-		res, err := w.e.EvalValue(ctx, hpcProofPath, hpcInput(t, s, tc.name, tc.memory, nil), m)
+		res, err := w.e.EvalValue(ctx, sharedProofPath, hpcInput(t, s, tc.name, tc.memory, nil), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,13 +168,13 @@ func TestHPCProof(t *testing.T) {
 	}
 }
 
-// TestHPCProofGated: a site rule that adds to the proof turns the fast path off, as
+// TestSharedProofGated: a site rule that adds to the proof turns the fast path off, as
 // one that can reach the decision does, so that it can never prove a pod silent.
-func TestHPCProofGated(t *testing.T) {
+func TestSharedProofGated(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, dir, "site.rego", "package interlink.authz\n\n_fast_hpc_proof := true\n")
+	writeFile(t, dir, "site.rego", "package interlink.authz\n\n_fast_shared_proof := true\n")
 	e := newEvaluator(t, Options{Dir: dir})
-	if off := e.FastPathOff(); !strings.Contains(off, "data.interlink.authz._fast_hpc_proof ("+filepath.Join(dir, "site.rego")) {
-		t.Errorf("fast path off because %q, want the site's _fast_hpc_proof named", off)
+	if off := e.FastPathOff(); !strings.Contains(off, "data.interlink.authz._fast_shared_proof ("+filepath.Join(dir, "site.rego")) {
+		t.Errorf("fast path off because %q, want the site's _fast_shared_proof named", off)
 	}
 }

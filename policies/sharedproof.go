@@ -7,23 +7,22 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
-// The fast path's HPC proof, evaluated apart. A pod that sets more than sbatch options
-// (a flavor, mounts, uids...) has the HPC and restricted-annotation rules proved silent
-// by _fast_hpc_proved, about a fifth of its decision. What that proof reads (the
-// tenant, the subject's profile, input.hpc and a few annotations by name) is the same
-// for every pod of a job, while their names, UIDs and amounts, which the decision reads,
-// differ; so the decision memo never helps them, and a memo of the proof alone does.
-// The evaluator evaluates _fast_hpc_proof (authz.rego) first, through the memo, and
-// sets input.hpc.proved when it holds; the fast path then skips _fast_hpc_proved.
+// The fast path's shared checks, evaluated apart. Of an allowed create's fast path, the
+// checks on what the pods of one job share (tolerations, tenant isolation, images, what
+// the HPC side reads of the pod: _fast_shared_silent in authz.rego) are most of the
+// cost; the decision also reads each pod's name, UID and amounts, which differ between
+// those pods, so the decision memo never helps them, and a memo of the shared checks
+// alone does. The evaluator evaluates _fast_shared_proof first, through the memo, and
+// sets input.hpc.proved when it holds; the fast path then skips _fast_shared_silent.
 //
 // input.hpc.proved is the evaluator's alone: whatever a caller put there is removed
-// before any evaluation of a document that can reach the fast path, and set only from
-// this policy's own proof on the same input. The proof is part of the fast path: a
-// rule of it outside the embedded policy turns the fast path off (fastpath.go).
+// before any evaluation, and set only from this policy's own proof on the same input.
+// The proof is part of the fast path: a rule of it outside the embedded policy turns
+// the fast path off (fastpath.go).
 
 var (
-	hpcProofPath = []string{"interlink", "authz", "_fast_hpc_proof"}
-	hpcProofRef  = ast.MustParseRef("data.interlink.authz._fast_hpc_proof")
+	sharedProofPath = []string{"interlink", "authz", "_fast_shared_proof"}
+	sharedProofRef  = ast.MustParseRef("data.interlink.authz._fast_shared_proof")
 	// decisionPath is the document whose fast path reads input.hpc.proved; a query of
 	// it or of a document above it (the package, data) evaluates that fast path.
 	decisionPath = []string{"interlink", "authz", "decision"}
@@ -31,12 +30,12 @@ var (
 	hpcMember    = ast.InternedTerm("hpc")
 )
 
-// withHPCProof returns input as the evaluation of path should see it: input.hpc.proved
-// removed, then set to true where path reaches the fast path, which is on, input.hpc
-// is more than sbatch options, the caller asked for a memo (without one the proof would
-// be evaluated twice), and _fast_hpc_proof holds. Input that is not an object, or
-// whose hpc is not, is returned as it is.
-func (e *Evaluator) withHPCProof(ctx context.Context, path []string, input ast.Value, m Memo) (ast.Value, error) {
+// withSharedProof returns input as the evaluation of path should see it:
+// input.hpc.proved removed, then set to true where path reaches the fast path, which is
+// on, the caller asked for a memo (without one the proof would be evaluated twice), and
+// _fast_shared_proof holds. Input that is not an object, or whose hpc is not, is
+// returned as it is.
+func (e *Evaluator) withSharedProof(ctx context.Context, path []string, input ast.Value, m Memo) (ast.Value, error) {
 	obj, ok := input.(ast.Object)
 	if !ok {
 		return input, nil
@@ -53,10 +52,10 @@ func (e *Evaluator) withHPCProof(ctx context.Context, path []string, input ast.V
 		hpc = withoutMember(hpc, provedKey)
 		obj = withMember(obj, hpcMember, ast.NewTerm(hpc))
 	}
-	if e.fastPathOff != "" || m.Salt == nil || !reachesDecision(path) || isTrue(hpc, "inert") || isTrue(hpc, "sbatch_only") {
+	if e.fastPathOff != "" || m.Salt == nil || !reachesDecision(path) {
 		return obj, nil
 	}
-	res, err := e.EvalValue(ctx, hpcProofPath, obj, m)
+	res, err := e.EvalValue(ctx, sharedProofPath, obj, m)
 	if err != nil {
 		return nil, err
 	}
@@ -69,11 +68,6 @@ func (e *Evaluator) withHPCProof(ctx context.Context, path []string, input ast.V
 // reachesDecision says whether evaluating data.<path...> evaluates the decision.
 func reachesDecision(path []string) bool {
 	return len(path) <= len(decisionPath) && slices.Equal(path, decisionPath[:len(path)])
-}
-
-func isTrue(obj ast.Object, name string) bool {
-	t := obj.Get(ast.InternedTerm(name))
-	return t != nil && ast.Boolean(true).Equal(t.Value)
 }
 
 // withMember returns a copy of obj (its members shared) with k set to v.
