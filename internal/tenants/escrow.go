@@ -19,12 +19,16 @@ package tenants
 //
 //	free + Σ unreported = its slice in S                                    (II)
 //
-// and charges only what free covers, so what it admitted and has not reported is
-// inside its slice: the creates allowed are never more than used + Σ slices ≤ hard.
+// and charges only what free covers (a create that arrives, or one that queued behind a
+// write and is charged from the room that write added: the same check under the same
+// lock), so what it admitted and has not reported is inside its slice: the creates
+// allowed are never more than used + Σ slices ≤ hard. How large a slice is (grantFor:
+// a quarter, an even share, a demand) changes nothing here: a grant is taken only from
+// hard − used − Σ slices.
 // (II) holds across writes because a write that runs while creates are charged from
 // free only grows the slice (a report, a refill, creates charged beside it), and a
-// write that may shrink it (a return: idle, near the quota's end, wanted by a create
-// only the slice's room could fit; a spec changed) first takes free to zero, so
+// write that may shrink it (a return: idle, wanted by a create only the slice's room
+// could fit; a spec changed) first takes free to zero, so
 // nothing is charged from the room it gives back. A holder stops charging from its slice
 // lockMargin before the expiry it wrote (measured from before the write was sent), so
 // its slice is still in S while it charges from it. Once a slice has expired (its
@@ -76,10 +80,11 @@ type SliceOptions struct {
 // report a second cost a bridge a handful of writes for its third of the burst (make
 // bench-ledger); every write is one more chance to conflict with the other bridges' and
 // the reconciler's, each conflict a re-read and rewrite of a status of up to 2,000
-// pending charges, so fewer writes is what keeps the slowest creates fast. A slice of
-// a quarter at most of the room no other slice holds, and no grant below four slices of
-// Min unsliced, keeps a nearly full (or small) quota in the unsliced remainder, charged
-// exactly.
+// pending charges, so fewer writes is what keeps the slowest creates fast. A lone
+// holder's slice holds a quarter at most of the room no other slice holds; beside others
+// a slice may hold an even share of the room left, near the end no more than two
+// seconds of its holder's creates (grantFor), and slices are kept to the quota's end
+// (returned when idle). A quota under four slices of Min is charged exactly.
 const (
 	DefaultSliceLease   = 15 * time.Second
 	DefaultSliceReport  = time.Second
@@ -119,9 +124,44 @@ type slice struct {
 	unit       corev1.ResourceList // what the last pod charged held
 	lastUse    time.Time           // last charge from free
 	lastWrite  time.Time           // last write that landed
+	shared     bool                // held to its share of the room left (grantFor): the end
 	frozen     bool                // a write is giving room back: free is 0 meanwhile
 	refreeze   bool                // the next write must be frozen (slice lost, spec changed)
 	timer      *time.Timer
+	// Creates of the tenant this bridge was asked to charge, per second (the current
+	// second and the one before): what bounds its slice near the quota's end.
+	demandAt                time.Time
+	demandNow, demandBefore int
+}
+
+// noteDemand counts n creates asked for at now.
+func (st *slice) noteDemand(now time.Time, n int) {
+	if d := now.Sub(st.demandAt); d >= time.Second || d < 0 {
+		st.demandBefore = 0
+		if d < 2*time.Second && d >= 0 {
+			st.demandBefore = st.demandNow
+		}
+		st.demandNow, st.demandAt = 0, now
+	}
+	st.demandNow += n
+}
+
+// demand is how many creates the slice should cover for its holder not to wait: two
+// seconds' worth at the rate of the last one.
+func (st *slice) demand(now time.Time) int {
+	st.noteDemand(now, 0)
+	return 2 * max(st.demandNow, st.demandBefore)
+}
+
+// sliceOf is this bridge's slice state of the tenant, made when there is none.
+// Called with l.mu held.
+func (l *Ledger) sliceOf(tenant string) *slice {
+	st := l.slices[tenant]
+	if st == nil {
+		st = &slice{ids: map[chargeID]bool{}, size: l.opts.Slices.Initial}
+		l.slices[tenant] = st
+	}
+	return st
 }
 
 // chargeFromSlice charges req in memory when this bridge's slice of the tenant covers
@@ -177,7 +217,7 @@ func (l *Ledger) armLocked(tenant string, st *slice) {
 	}
 	// As often as an idle slice is to be returned, at most every Report; a flush
 	// with nothing to report or return writes nothing.
-	st.timer = time.AfterFunc(min(l.opts.Slices.Report, l.opts.Slices.Idle), func() {
+	st.timer = time.AfterFunc(min(l.opts.Slices.Report, l.idleAfter(st)), func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		st.timer = nil
@@ -185,6 +225,16 @@ func (l *Ledger) armLocked(tenant string, st *slice) {
 			l.flushLocked(tenant)
 		}
 	})
+}
+
+// idleAfter is how long a slice nothing is charged from is kept: Idle, or a fifth of
+// it for a slice held to its share near the quota's end, where what it holds may be
+// what a create elsewhere waits for (othersWait).
+func (l *Ledger) idleAfter(st *slice) time.Duration {
+	if st.shared {
+		return l.opts.Slices.Idle / 5
+	}
+	return l.opts.Slices.Idle
 }
 
 // writeSliced is drain's write when slices are on: it reports the slice's charges,
@@ -196,10 +246,9 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	l.mu.Lock()
 	st := l.slices[tenant]
 	if st == nil {
-		st = &slice{ids: map[chargeID]bool{}, size: opts.Initial}
-		l.slices[tenant] = st
+		st = l.sliceOf(tenant)
 	}
-	idle := len(batch) == 0 && start.Sub(st.lastUse) >= opts.Idle
+	idle := len(batch) == 0 && start.Sub(st.lastUse) >= l.idleAfter(st)
 	// A write that may give room back takes free to zero first: (II). The others only
 	// add room, so charges go on from free meanwhile.
 	frozen := idle || st.refreeze
@@ -217,7 +266,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	if frozen {
 		st.frozen, st.free, st.refreeze = true, nil, false
 	}
-	size, unit, known := st.size, st.unit, st.generation
+	size, unit, known, demand := st.size, st.unit, st.generation, st.demand(start)
 	l.mu.Unlock()
 	if len(unit) == 0 && len(batch) > 0 {
 		unit = batch[len(batch)-1].req.Amounts
@@ -234,10 +283,10 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	already := make([]bool, len(batch))
 	var room, grant, returned corev1.ResourceList
 	var generation int64
-	lost, wrote, refreeze, nearEnd := false, false, false, false
+	lost, wrote, refreeze, atEnd := false, false, false, false
 	written, adoptedPods := 0, 0
 	err := RetryOnConflict(l.opts.Retry, func() error {
-		written, wrote, grant, refreeze, adoptedPods = 0, false, nil, false, 0
+		written, wrote, grant, refreeze, adoptedPods, atEnd = 0, false, nil, false, 0, false
 		var t v1alpha1.OffloadTenant
 		if err := l.client.Get(ctx, client.ObjectKey{Name: tenant}, &t); err != nil {
 			return err
@@ -250,6 +299,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 			return err
 		}
 		now := l.opts.Now()
+		others := l.otherHolders(tenant, &t, now)
 		i := sliceIndex(t.Status.Slices, opts.Holder)
 		room = corev1.ResourceList{}
 		var expires time.Time
@@ -316,20 +366,20 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 				}
 			}
 		}
-		// The slice from now on. Near the quota's end (what no slice holds is under four
-		// slices of Min) slices go back, so none is stranded in a replica that does not
-		// need it: the last creates are charged exactly, one write per batch.
-		nearEnd = len(unit) > 0 && podsWorth(unsliced(&t), restrict(unit, t.Spec.Hard)) < grantShare*opts.Min
+		// The slice from now on, kept to the quota's end: near it, the room left is
+		// split among the bridges charging (grantFor), so the last creates are charged
+		// from slices as the first were, not one write per batch.
+		share := sharing{others: others, demand: demand}
 		switch {
 		case !frozen:
-			if !lost && !nearEnd && size > podsWorth(room, unit) && podsWorth(room, unit) < size/2+1 {
-				grant = grantFor(&t, opts, l.opts.MaxPending, unit, size-podsWorth(room, unit))
+			if want := size - podsWorth(room, unit); !lost && want > 0 && podsWorth(room, unit) < size/2+1 {
+				grant, atEnd = grantFor(&t, opts, l.opts.MaxPending, unit, want, share)
 			}
-		case len(t.Spec.Nodes) > 0 || len(t.Spec.Hard) == 0 || idle || waitOthers || nearEnd:
-			room = nil // per-node caps are charged exactly; idle, wanted or near the end: returned
+		case len(t.Spec.Nodes) > 0 || len(t.Spec.Hard) == 0 || idle || waitOthers:
+			room = nil // per-node caps are charged exactly; idle or wanted: returned
 		default:
 			if want := size - podsWorth(room, unit); want > 0 {
-				grant = grantFor(&t, opts, l.opts.MaxPending, unit, want)
+				grant, atEnd = grantFor(&t, opts, l.opts.MaxPending, unit, want, share)
 			}
 		}
 		room = add(room, grant)
@@ -378,7 +428,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	case frozen:
 		st.free = room.DeepCopy()
 		st.generation = generation
-	case lost || refreeze || nearEnd && !isZero(room):
+	case lost || refreeze:
 		// The slice was reclaimed, the spec changed, or a create needs the slice's room
 		// back: the next write is frozen and decides the room again.
 		st.refreeze = true
@@ -405,6 +455,17 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		st.size = opts.Initial
 	case len(grant) > 0 && !frozen:
 		st.size = min(2*st.size, opts.Max) // ran low while charging: a larger slice
+	}
+	if wrote && !frozen && (len(grant) > 0 || atEnd) {
+		st.shared = atEnd
+	}
+	if isZero(room) {
+		st.shared = false
+	}
+	if held := podsWorth(room, unit); atEnd && held > 0 && held < st.size {
+		// Held to its share (near the end): refilled at half of what it holds, not of
+		// a size it cannot reach, which would write at every charge.
+		st.size = max(held, opts.Min)
 	}
 	if len(st.unreported) > 0 || !isZero(room) {
 		l.armLocked(tenant, st)
@@ -515,31 +576,85 @@ func unsliced(t *v1alpha1.OffloadTenant) corev1.ResourceList {
 	return Sub(t.Spec.Hard, add(t.Status.Used, slicesSum(t, "")))
 }
 
-// grantFor is the room to add to opts.Holder's slice: want pods of unit, so that the slice
-// holds at most 1/grantShare of the room no other slice holds (hard − used − Σ others'
-// slices, t's slices as they are being written), and at most 1/grantShare of the
-// pending entries left; nil when that is less than one pod, or when what no slice holds
-// is less than grantShare slices of the smallest size: near its end (and for a small
-// quota) every create is charged with a write, as without slices, so no room is
-// stranded in a replica that does not need it. The bound is on the slice, not on each
-// grant: a holder topped up grant after grant near the end of a small quota held a
-// third of it (hard 200: 50, then 21 more), which a replica that dies strands until its
-// lease expires.
-func grantFor(t *v1alpha1.OffloadTenant, opts SliceOptions, maxPending int, unit corev1.ResourceList, want int) corev1.ResourceList {
+// sharing is what grantFor splits the room left by: how many other bridges charge the
+// tenant (slices in its status, or seen there within a lease), and this bridge's demand
+// (creates it was asked for in two seconds at its latest rate).
+type sharing struct{ others, demand int }
+
+// grantFor is the room to add to opts.Holder's slice: want pods of unit, taken from the
+// room no slice holds (hard − used − Σ slices, t's slices as they are being written:
+// (I)), and at most 1/grantShare of the pending entries left. The slice is bounded too:
+// alone, by 1/grantShare of the room no other slice holds, so the first bridge of a burst
+// does not take what the others will ask for a moment later; beside others, by the
+// larger of that and an even share of the room left (hard − used) among the bridges
+// charging, so slices last to the quota's end rather than go back and leave its last
+// creates to a write each (three replicas conflicting on every one). Where that share is
+// under Initial pods (the end), it is also bounded by the holder's demand (at least Min):
+// a bridge charging slowly holds no more than it uses in two seconds, so what it holds is
+// used or returned (idle) before a create waiting elsewhere for others' slices (up to
+// othersWait) is refused. nil when that is less than one pod, for a quota under
+// grantShare slices of Min (charged exactly), and for a lone holder when what no slice
+// holds is under that.
+//
+// atEnd says the slice was held to its share of the room left near the quota's end
+// (the even share under Initial pods bound the grant): its holder refills it at half of
+// what it holds and returns it sooner when idle.
+func grantFor(t *v1alpha1.OffloadTenant, opts SliceOptions, maxPending int, unit corev1.ResourceList, want int, share sharing) (grant corev1.ResourceList, atEnd bool) {
 	u := restrict(unit, t.Spec.Hard)
+	if isZero(u) || podsWorth(t.Spec.Hard, u) < grantShare*opts.Min {
+		return nil, false
+	}
 	free := podsWorth(unsliced(t), u)
-	if free < grantShare*opts.Min {
-		return nil
+	if share.others == 0 && free < grantShare*opts.Min {
+		return nil, false
 	}
 	mine := 0
 	if i := sliceIndex(t.Status.Slices, opts.Holder); i >= 0 {
 		mine = podsWorth(t.Status.Slices[i].Amounts, u)
 	}
-	n := min(want, (free+mine)/grantShare-mine, (maxPending-len(t.Status.Pending))/grantShare)
-	if n <= 0 || isZero(u) {
-		return nil
+	limit := (free + mine) / grantShare
+	if share.others > 0 {
+		// One share more than there are holders stays unsliced: a create its holder's
+		// slice does not cover then finds room for an exact charge rather than waiting
+		// for others' slices to be used or returned.
+		even := (podsWorth(Sub(t.Spec.Hard, t.Status.Used), u) + share.others + 1) / (share.others + 2)
+		if even < opts.Initial {
+			even = min(even, max(opts.Min, share.demand))
+			atEnd = even >= limit && want > even-mine
+		}
+		limit = max(limit, even)
 	}
-	return scale(u, n)
+	n := min(want, limit-mine, free, (maxPending-len(t.Status.Pending))/grantShare)
+	if n <= 0 {
+		return nil, atEnd
+	}
+	return scale(u, n), atEnd
+}
+
+// otherHolders is how many other bridges hold a slice of the tenant in t or did within
+// a lease (a slice used up and refilled comes and goes), as this bridge last saw.
+func (l *Ledger) otherHolders(tenant string, t *v1alpha1.OffloadTenant, now time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := l.holders[tenant]
+	if seen == nil {
+		seen = map[string]time.Time{}
+		l.holders[tenant] = seen
+	}
+	for _, s := range t.Status.Slices {
+		if s.Holder != l.opts.Slices.Holder && !isZero(s.Amounts) {
+			seen[s.Holder] = now
+		}
+	}
+	n := 0
+	for h, at := range seen {
+		if now.Sub(at) > l.opts.Slices.Lease {
+			delete(seen, h)
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 // withoutSlices says whether req would fit if every slice were returned.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -281,8 +282,11 @@ func TestSlicesDeadHolder(t *testing.T) {
 	}
 }
 
-// A slice holds at most a quarter of the room no other slice holds, however many grants
-// topped it up: what a replica that dies strands until its lease expires.
+// A lone holder's slice holds at most a quarter of the room no other slice holds,
+// however many grants topped it up: what a replica that dies strands until its lease
+// expires. Beside other holders a slice may reach an even share of the room left, and
+// near the end no more than its holder's demand; a grant never takes more than what no
+// slice holds.
 func TestGrantFor(t *testing.T) {
 	pod := list("pods", "1")
 	slice := func(holder string, pods int) v1alpha1.Slice {
@@ -293,17 +297,27 @@ func TestGrantFor(t *testing.T) {
 		hard, used, want int
 		slices           []v1alpha1.Slice
 		pending          int
+		share            sharing
 		grant            string // pods granted, "" for none
 	}{
-		{"first slice of a quota of 200: a quarter", 200, 0, 128, nil, 0, "50"},
-		{"the next ones: a quarter of what is left", 200, 0, 128, []v1alpha1.Slice{slice("a", 50)}, 0, "37"},
-		{"a large quota: what is wanted", 100000, 0, 128, nil, 0, "128"},
+		{"first slice of a quota of 200: a quarter", 200, 0, 128, nil, 0, sharing{}, "50"},
+		{"the next ones: a quarter of what is left", 200, 0, 128, []v1alpha1.Slice{slice("a", 50)}, 0, sharing{}, "37"},
+		{"a large quota: what is wanted", 100000, 0, 128, nil, 0, sharing{}, "128"},
 		// hard 200, 30 used, c holds 20 still, a 37, b 28: 85 unsliced. Per grant (a
 		// quarter of 85) c would reach 41; per slice, a quarter of 105 is 26: 6 more.
-		{"topped up: the slice, not the grant, is bounded", 200, 30, 128, []v1alpha1.Slice{slice("c", 20), slice("a", 37), slice("b", 28)}, 0, "6"},
-		{"a slice already at its share: nothing", 200, 30, 128, []v1alpha1.Slice{slice("c", 30), slice("a", 37), slice("b", 28)}, 0, ""},
-		{"near the end (under 4 slices of Min unsliced): nothing", 200, 140, 128, nil, 0, ""},
-		{"pending entries left bound it too", 100000, 0, 128, nil, 1900, "25"},
+		{"topped up: the slice, not the grant, is bounded", 200, 30, 128, []v1alpha1.Slice{slice("c", 20), slice("a", 37), slice("b", 28)}, 0, sharing{}, "6"},
+		{"a slice already at its share: nothing", 200, 30, 128, []v1alpha1.Slice{slice("c", 30), slice("a", 37), slice("b", 28)}, 0, sharing{}, ""},
+		{"near the end (under 4 slices of Min unsliced): nothing", 200, 140, 128, nil, 0, sharing{}, ""},
+		{"pending entries left bound it too", 100000, 0, 128, nil, 1900, sharing{}, "25"},
+		// 600 left, 350 of it unsliced: a fourth of 600 (one share stays unsliced: 150)
+		// is more than a quarter of 400 (100).
+		{"beside two others: an even share of the room left", 1000, 400, 256, []v1alpha1.Slice{slice("a", 100), slice("b", 100), slice("c", 50)}, 0, sharing{others: 2, demand: 600}, "100"},
+		// 100 left, 60 unsliced: a fourth (25), under Initial, within the demand.
+		{"near the end: the even share", 1000, 900, 128, []v1alpha1.Slice{slice("a", 20), slice("b", 20)}, 0, sharing{others: 2, demand: 600}, "25"},
+		{"near the end, a slow holder: its demand, at least Min", 1000, 900, 128, []v1alpha1.Slice{slice("a", 20), slice("b", 20)}, 0, sharing{others: 2, demand: 4}, "16"},
+		{"the share is more than what no slice holds: that much", 1000, 900, 128, []v1alpha1.Slice{slice("a", 40), slice("b", 40)}, 0, sharing{others: 2, demand: 600}, "20"},
+		{"nothing unsliced: nothing", 500, 200, 128, []v1alpha1.Slice{slice("a", 150), slice("b", 150)}, 0, sharing{others: 2, demand: 600}, ""},
+		{"a quota under four slices of Min: charged exactly", 60, 0, 128, nil, 0, sharing{others: 2, demand: 600}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obj := tenant("team-a", list("pods", fmt.Sprint(tc.hard)), nil)
@@ -312,7 +326,7 @@ func TestGrantFor(t *testing.T) {
 			obj.Status.Pending = make([]v1alpha1.Charge, tc.pending)
 			opts := SliceOptions{Holder: "c"}
 			opts.defaults()
-			grant := grantFor(obj, opts, DefaultMaxPending, pod, tc.want)
+			grant, _ := grantFor(obj, opts, DefaultMaxPending, pod, tc.want, tc.share)
 			got := ""
 			if grant != nil {
 				got = grant.Pods().String()
@@ -321,5 +335,88 @@ func TestGrantFor(t *testing.T) {
 				t.Errorf("granted %q pods, want %q", got, tc.grant)
 			}
 		})
+	}
+}
+
+// A slice's demand is two seconds of creates at the rate of the latest second: the
+// second before counts until a second without creates has passed.
+func TestSliceDemand(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name string
+		asks []time.Duration // one create each, after t0
+		at   time.Duration
+		want int
+	}{
+		{"none", nil, 0, 0},
+		{"this second", []time.Duration{0, 100 * time.Millisecond, 900 * time.Millisecond}, 950 * time.Millisecond, 6},
+		{"the second before, while it is the busier", []time.Duration{0, 10 * time.Millisecond, 20 * time.Millisecond, 1100 * time.Millisecond}, 1200 * time.Millisecond, 6},
+		{"a second without creates forgets it", []time.Duration{0, 10 * time.Millisecond}, 2500 * time.Millisecond, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &slice{}
+			for _, d := range tc.asks {
+				st.noteDemand(t0.Add(d), 1)
+			}
+			if got := st.demand(t0.Add(tc.at)); got != tc.want {
+				t.Errorf("demand %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// Creates that queue while a refill is being written (the slice ran out meanwhile) are
+// charged from the room it adds once it lands, not in one more write of their own.
+func TestSlicesQueuedBehindRefill(t *testing.T) {
+	obj := tenant("team-a", list("pods", "1000"), nil)
+	obj.Generation = 1
+	gate, held := make(chan struct{}), make(chan struct{})
+	var writes atomic.Int64
+	c := fakeClient(t, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+		if writes.Add(1) == 2 {
+			close(held)
+			<-gate // the refill, in flight while the slice runs out
+		}
+		return c.SubResource(sub).Update(ctx, obj, opts...)
+	}}, obj)
+	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(),
+		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Min: 4, Initial: 8, Max: 8}})
+	ctx := context.Background()
+	// Pod 0 charged exactly with a slice of 8; pods 1–4 take it to half, which starts the
+	// refill; pods 5–8 use the rest before it lands.
+	for i := range 9 {
+		if err := l.Charge(ctx, podOf(i, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-held
+	errs := make(chan error, 2)
+	for i := 9; i <= 10; i++ {
+		go func() { errs <- l.Charge(ctx, podOf(i, 1)) }()
+	}
+	waiting := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if q := l.queues["team-a"]; q != nil {
+			return len(q.waiting)
+		}
+		return 0
+	}
+	for deadline := time.Now().Add(5 * time.Second); waiting() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d creates queued, want 2", waiting())
+		}
+	}
+	close(gate)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(l.metrics.charges.WithLabelValues("charged")); got != 1 {
+		t.Errorf("%v creates charged in a write of their own, want 1 (pod 0): pods 9 and 10 from the refilled slice", got)
+	}
+	if got := testutil.ToFloat64(l.metrics.charges.WithLabelValues("slice")); got != 10 {
+		t.Errorf("%v creates charged from the slice, want 10", got)
 	}
 }

@@ -123,6 +123,8 @@ type Ledger struct {
 	mu     sync.Mutex
 	queues map[string]*queue // by tenant
 	slices map[string]*slice // by tenant: this bridge's slices (escrow.go)
+	// holders: by tenant, the other bridges seen holding a slice, and when (escrow.go).
+	holders map[string]map[string]time.Time
 }
 
 // queue holds a tenant's charges waiting for the next write; writing is true while a
@@ -154,7 +156,8 @@ func NewLedger(c client.Client, pods ChargedPods, opts LedgerOptions) *Ledger {
 		opts.Now = time.Now
 	}
 	opts.Slices.defaults()
-	return &Ledger{client: c, pods: pods, opts: opts, metrics: newLedgerMetrics(opts.Registerer), queues: map[string]*queue{}, slices: map[string]*slice{}}
+	return &Ledger{client: c, pods: pods, opts: opts, metrics: newLedgerMetrics(opts.Registerer), queues: map[string]*queue{}, slices: map[string]*slice{},
+		holders: map[string]map[string]time.Time{}}
 }
 
 // Charge charges req to its tenant and returns nil once it is written (or was written
@@ -164,10 +167,14 @@ func NewLedger(c client.Client, pods ChargedPods, opts LedgerOptions) *Ledger {
 // burst costs a few writes, not one a pod.
 func (l *Ledger) Charge(ctx context.Context, req Request) error {
 	l.mu.Lock()
-	if l.opts.Slices.Holder != "" && l.client != nil && l.chargeFromSlice(req, l.opts.Now()) {
-		l.mu.Unlock()
-		l.metrics.charges.WithLabelValues("slice").Inc()
-		return nil
+	if l.opts.Slices.Holder != "" && l.client != nil {
+		now := l.opts.Now()
+		l.sliceOf(req.Tenant).noteDemand(now, 1)
+		if l.chargeFromSlice(req, now) {
+			l.mu.Unlock()
+			l.metrics.charges.WithLabelValues("slice").Inc()
+			return nil
+		}
 	}
 	w := &waiter{req: req, done: make(chan error, 1), since: l.opts.Now()}
 	q := l.queues[req.Tenant]
@@ -196,7 +203,7 @@ func (l *Ledger) Charge(ctx context.Context, req Request) error {
 func (l *Ledger) drain(tenant string, q *queue) {
 	for {
 		l.mu.Lock()
-		batch := q.waiting
+		batch := l.fromSlice(q.waiting)
 		q.waiting = nil
 		flush := q.flush
 		q.flush = false
@@ -217,9 +224,29 @@ func (l *Ledger) drain(tenant string, q *queue) {
 		cancel()
 		again := l.answer(tenant, q, batch, results)
 		if again {
-			time.Sleep(l.opts.Slices.Report / 5) // others' slices: used or returned meanwhile
+			time.Sleep(l.opts.Slices.Report / 10) // others' slices: used or returned meanwhile
 		}
 	}
+}
+
+// fromSlice answers the waiters the slice covers now (a write that landed meanwhile
+// refilled it) and returns the others: a create that queued behind a refill is charged
+// from it, not in one more write. Called with l.mu held.
+func (l *Ledger) fromSlice(waiting []*waiter) []*waiter {
+	if l.opts.Slices.Holder == "" || len(waiting) == 0 {
+		return waiting
+	}
+	now := l.opts.Now()
+	rest := waiting[:0:0]
+	for _, w := range waiting {
+		if l.chargeFromSlice(w.req, now) {
+			l.metrics.charges.WithLabelValues("slice").Inc()
+			w.done <- nil
+			continue
+		}
+		rest = append(rest, w)
+	}
+	return rest
 }
 
 // answer sends each waiter its result; a create waiting for others' slices is queued

@@ -262,6 +262,13 @@ type ledgerCounters struct {
 	// apiStatusWrites are the writes of OffloadTenant status the API server served (the
 	// decisions' and the reconciler's).
 	apiStatusWrites float64
+	// CPU seconds the API server and the replicas used (process_cpu_seconds_total),
+	// and the replicas' policy memo outcomes: where a phase's time went.
+	apiCPU, bridgesCPU float64
+	// requests the API server served, by "verb resource[/subresource]", and the
+	// seconds it took to serve them (apiserver_request_duration_seconds_sum)
+	apiRequests, apiSeconds map[string]float64
+	memoHit, memoMiss       float64
 }
 
 // readCounters reads the replicas' ledger metrics and the API server's status writes.
@@ -284,6 +291,9 @@ func readCounters(cl *cluster.Cluster, bridges []*cluster.Bridge) (ledgerCounter
 		c.reconcileConflicts += s.Sum("sar_bridge_ledger_reconcile_conflicts_total", nil)
 		c.roundCount += s.Sum("sar_bridge_ledger_write_seconds_count", nil)
 		c.roundSum += s.Sum("sar_bridge_ledger_write_seconds_sum", nil)
+		c.bridgesCPU += s.Sum("process_cpu_seconds_total", nil)
+		c.memoHit += s.Sum("sar_bridge_decision_memo_total", map[string]string{"result": "hit"})
+		c.memoMiss += s.Sum("sar_bridge_decision_memo_total", map[string]string{"result": "miss"})
 		for _, x := range s {
 			switch x.Name {
 			case "sar_bridge_ledger_batch_size_bucket":
@@ -296,6 +306,20 @@ func readCounters(cl *cluster.Cluster, bridges []*cluster.Bridge) (ledgerCounter
 	api, err := cl.APIServerMetrics(context.Background())
 	if err != nil {
 		return c, err
+	}
+	c.apiCPU = api.Sum("process_cpu_seconds_total", nil)
+	c.apiRequests, c.apiSeconds = map[string]float64{}, map[string]float64{}
+	for _, x := range api {
+		key := x.Labels["verb"] + " " + x.Labels["resource"]
+		if sub := x.Labels["subresource"]; sub != "" {
+			key += "/" + sub
+		}
+		switch x.Name {
+		case "apiserver_request_total":
+			c.apiRequests[key] += x.Value
+		case "apiserver_request_duration_seconds_sum":
+			c.apiSeconds[key] += x.Value
+		}
 	}
 	for _, verb := range []string{"PUT", "PATCH"} {
 		c.apiStatusWrites += api.Sum("apiserver_request_total", map[string]string{"resource": "offloadtenants", "subresource": "status", "verb": verb, "code": "200"})
@@ -311,6 +335,15 @@ func (c ledgerCounters) minus(o ledgerCounters) ledgerCounters {
 		roundCount: c.roundCount - o.roundCount, roundSum: c.roundSum - o.roundSum, roundBuckets: map[string]float64{},
 		reconcileWrites: c.reconcileWrites - o.reconcileWrites, reconcileConflicts: c.reconcileConflicts - o.reconcileConflicts,
 		apiStatusWrites: c.apiStatusWrites - o.apiStatusWrites,
+		apiCPU:          c.apiCPU - o.apiCPU, bridgesCPU: c.bridgesCPU - o.bridgesCPU,
+		memoHit: c.memoHit - o.memoHit, memoMiss: c.memoMiss - o.memoMiss,
+		apiRequests: map[string]float64{}, apiSeconds: map[string]float64{},
+	}
+	for k, v := range c.apiRequests {
+		if n := v - o.apiRequests[k]; n > 0 {
+			d.apiRequests[k] = n
+			d.apiSeconds[k] = c.apiSeconds[k] - o.apiSeconds[k]
+		}
 	}
 	for le, v := range c.buckets {
 		d.buckets[le] = v - o.buckets[le]
@@ -336,6 +369,10 @@ type phaseResult struct {
 	histogram                    string
 	reconcileWrites              float64
 	reconcileConflicts           float64
+	// Each create as decided (by pod index): when it started after the burst's
+	// start, how long it took, and whether it was allowed (timeline).
+	starts, took []time.Duration
+	allowed      []bool
 }
 
 // decideJob decides every pod, workers at a time, pod i through replica i mod n.
@@ -349,8 +386,10 @@ func decideJob(cl *cluster.Cluster, bridges []*cluster.Bridge, pods []*corev1.Po
 	allowed := make([]bool, len(pods))
 	failures := make([]string, len(pods))
 	start := time.Now()
+	starts := make([]time.Duration, len(pods))
 	_ = cluster.Parallel(workers, 0, len(pods), func(i int) error {
 		t0 := time.Now()
+		starts[i] = t0.Sub(start)
 		res, err := bridges[i%len(bridges)].Decide(decideInput(pods[i]))
 		latencies[i] = time.Since(t0)
 		switch {
@@ -381,6 +420,7 @@ func decideJob(cl *cluster.Cluster, bridges []*cluster.Bridge, pods []*corev1.Po
 			r.firstError = failures[i]
 		}
 	}
+	r.starts, r.took, r.allowed = starts, append([]time.Duration(nil), latencies...), allowed
 	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
 	q := func(f float64) time.Duration { return latencies[int(math.Ceil(f*float64(len(latencies))))-1] }
 	r.p50, r.p90, r.p99, r.max = q(0.50), q(0.90), q(0.99), latencies[len(latencies)-1]
@@ -533,5 +573,68 @@ func report(c config, results []phaseResult, statusBytes int, used string, pendi
 				float64(with.p50-without.p50)/1e6, float64(with.p50)/float64(without.p50), float64(with.p99-without.p99)/1e6, float64(with.p99)/float64(without.p99), with.writesPerAdmitted)
 		}
 	}
+	for _, r := range results {
+		fmt.Printf("round %d, %s: CPU seconds: API server %.2f, replicas %.2f (%.1f ms a decision together); policy memo %v hits, %v misses\n", r.round, r.name,
+			r.counters.apiCPU, r.counters.bridgesCPU, 1000*(r.counters.apiCPU+r.counters.bridgesCPU)/float64(r.decisions), r.counters.memoHit, r.counters.memoMiss)
+		keys := make([]string, 0, len(r.counters.apiRequests))
+		for k := range r.counters.apiRequests {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool { return r.counters.apiSeconds[keys[i]] > r.counters.apiSeconds[keys[j]] })
+		var parts []string
+		for _, k := range keys[:min(len(keys), 6)] {
+			parts = append(parts, fmt.Sprintf("%s %v (%.2f s)", k, r.counters.apiRequests[k], r.counters.apiSeconds[k]))
+		}
+		fmt.Printf("round %d, %s: API server requests (seconds serving them): %s\n", r.round, r.name, strings.Join(parts, ", "))
+	}
+	for i, without := range results {
+		if without.name != "without charging" {
+			continue
+		}
+		for _, with := range results[i+1:] {
+			if with.round != without.round {
+				break
+			}
+			fmt.Println(timeline(with, without.p99+20*time.Millisecond))
+		}
+	}
 	fmt.Printf("the charged tenant's status at the end: used pods %s, %d charges still pending (the reconciler moves each onto its pod once it sees it), %d bytes of JSON\n", used, pending, statusBytes)
+}
+
+// timelineStep is the width of timeline's windows of the burst.
+const timelineStep = 250 * time.Millisecond
+
+// timeline says when the creates slower than limit (the uncharged p99 + 20 ms) started,
+// in windows of the burst by start time, allowed and refused apart: the first creates
+// waiting for the first slices, those waiting for refills, or the last ones at the
+// quota's end.
+func timeline(r phaseResult, limit time.Duration) string {
+	type window struct {
+		started, slowAllowed, slowRefused int
+		max                               time.Duration
+	}
+	var ws []window
+	slow := 0
+	for i, s := range r.starts {
+		k := int(s / timelineStep)
+		for len(ws) <= k {
+			ws = append(ws, window{})
+		}
+		w := &ws[k]
+		w.started++
+		if r.took[i] > limit {
+			slow++
+			if r.allowed[i] {
+				w.slowAllowed++
+			} else {
+				w.slowRefused++
+			}
+		}
+		w.max = max(w.max, r.took[i])
+	}
+	var parts []string
+	for k, w := range ws {
+		parts = append(parts, fmt.Sprintf("%.2f s: %d started, %d+%d slow, max %s", float64(k)*timelineStep.Seconds(), w.started, w.slowAllowed, w.slowRefused, ms(w.max)))
+	}
+	return fmt.Sprintf("round %d, %s: %d creates over the uncharged p99 + 20 ms (%s); by start, every %v (slow: allowed+refused): %s", r.round, r.name, slow, ms(limit), timelineStep, strings.Join(parts, "; "))
 }
