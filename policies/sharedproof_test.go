@@ -96,6 +96,7 @@ func TestSharedProof(t *testing.T) {
 		{"another document", []string{"interlink", "authz", "allow"}, pod, memo(), nil},
 		{"no memo: the decision proves it itself", decisionPath, pod, Memo{}, nil},
 		{"a pod without HPC settings", decisionPath, plain, memo(), true},
+		{"a delete", decisionPath, withMember(pod.(ast.Object), ast.InternedTerm("operation"), ast.StringTerm("delete")), memo(), nil},
 		{"the proof fails: a flavor not the tenant's", decisionPath, denied, memo(), nil},
 		{"the proof fails: an image from elsewhere", decisionPath, elsewhere, memo(), nil},
 		{"a caller's claim, the proof fails", decisionPath, claimsProved(denied), memo(), nil},

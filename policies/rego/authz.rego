@@ -297,6 +297,7 @@ _fast_shared_silent(profile, tenant, hpc) if {
 # amounts differ, prove it once. input.hpc is the bridge's: a caller's proved
 # is never read.
 _fast_shared_proof if {
+	input.operation == "create"
 	fast := data.sar_bridge.precomputed.interlink.authz.fast
 	user := input.subject.username
 	groups := input.subject.groups
