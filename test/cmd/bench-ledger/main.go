@@ -560,19 +560,11 @@ func report(c config, results []phaseResult, statusBytes int, used string, pendi
 				r.round, r.name, r.histogram, r.counters.charged, r.counters.already, r.counters.refused, r.counters.writeErrors, rounds(r.counters))
 		}
 	}
-	for i, without := range results {
-		if without.name != "without charging" {
-			continue
-		}
-		for _, with := range results[i+1:] {
-			if with.round != without.round {
-				break
-			}
-			fmt.Printf("round %d, %s: decisions/s ×%.2f of the uncharged; p50 %+.1f ms (×%.2f), p99 %+.1f ms (×%.2f); %.3f ledger writes per admitted pod\n", with.round, with.name,
-				without.elapsed.Seconds()/with.elapsed.Seconds(),
-				float64(with.p50-without.p50)/1e6, float64(with.p50)/float64(without.p50), float64(with.p99-without.p99)/1e6, float64(with.p99)/float64(without.p99), with.writesPerAdmitted)
-		}
-	}
+	eachCharged(results, func(with, without phaseResult) {
+		fmt.Printf("round %d, %s: decisions/s ×%.2f of the uncharged; p50 %+.1f ms (×%.2f), p99 %+.1f ms (×%.2f); %.3f ledger writes per admitted pod\n", with.round, with.name,
+			without.elapsed.Seconds()/with.elapsed.Seconds(),
+			float64(with.p50-without.p50)/1e6, float64(with.p50)/float64(without.p50), float64(with.p99-without.p99)/1e6, float64(with.p99)/float64(without.p99), with.writesPerAdmitted)
+	})
 	for _, r := range results {
 		fmt.Printf("round %d, %s: CPU seconds: API server %.2f, replicas %.2f (%.1f ms a decision together); policy memo %v hits, %v misses\n", r.round, r.name,
 			r.counters.apiCPU, r.counters.bridgesCPU, 1000*(r.counters.apiCPU+r.counters.bridgesCPU)/float64(r.decisions), r.counters.memoHit, r.counters.memoMiss)
@@ -587,6 +579,17 @@ func report(c config, results []phaseResult, statusBytes int, used string, pendi
 		}
 		fmt.Printf("round %d, %s: API server requests (seconds serving them): %s\n", r.round, r.name, strings.Join(parts, ", "))
 	}
+	eachCharged(results, func(with, without phaseResult) {
+		fmt.Println(timeline(with, without.p99+20*time.Millisecond))
+	})
+	fmt.Printf("the charged tenant's status at the end: used pods %s, %d charges still pending (the reconciler moves each onto its pod once it sees it), %d bytes of JSON\n", used, pending, statusBytes)
+}
+
+// timelineStep is the width of timeline's windows of the burst.
+const timelineStep = 250 * time.Millisecond
+
+// eachCharged calls f with every charged phase and the uncharged phase of its round.
+func eachCharged(results []phaseResult, f func(with, without phaseResult)) {
 	for i, without := range results {
 		if without.name != "without charging" {
 			continue
@@ -595,14 +598,10 @@ func report(c config, results []phaseResult, statusBytes int, used string, pendi
 			if with.round != without.round {
 				break
 			}
-			fmt.Println(timeline(with, without.p99+20*time.Millisecond))
+			f(with, without)
 		}
 	}
-	fmt.Printf("the charged tenant's status at the end: used pods %s, %d charges still pending (the reconciler moves each onto its pod once it sees it), %d bytes of JSON\n", used, pending, statusBytes)
 }
-
-// timelineStep is the width of timeline's windows of the burst.
-const timelineStep = 250 * time.Millisecond
 
 // timeline says when the creates slower than limit (the uncharged p99 + 20 ms) started,
 // in windows of the burst by start time, allowed and refused apart: the first creates
