@@ -72,22 +72,21 @@ func reachesDecision(path []string) bool {
 
 // withMember returns a copy of obj (its members shared) with k set to v.
 func withMember(obj ast.Object, k, v *ast.Term) ast.Object {
+	return ast.NewObject(append(membersBut(obj, k), [2]*ast.Term{k, v})...)
+}
+
+// withoutMember returns a copy of obj (its members shared) without k.
+func withoutMember(obj ast.Object, k *ast.Term) ast.Object {
+	return ast.NewObject(membersBut(obj, k)...)
+}
+
+// membersBut lists obj's members but k's, with room for one more.
+func membersBut(obj ast.Object, k *ast.Term) [][2]*ast.Term {
 	items := make([][2]*ast.Term, 0, obj.Len()+1)
 	obj.Foreach(func(key, value *ast.Term) {
 		if !key.Equal(k) {
 			items = append(items, [2]*ast.Term{key, value})
 		}
 	})
-	return ast.NewObject(append(items, [2]*ast.Term{k, v})...)
-}
-
-// withoutMember returns a copy of obj (its members shared) without k.
-func withoutMember(obj ast.Object, k *ast.Term) ast.Object {
-	items := make([][2]*ast.Term, 0, obj.Len())
-	obj.Foreach(func(key, value *ast.Term) {
-		if !key.Equal(k) {
-			items = append(items, [2]*ast.Term{key, value})
-		}
-	})
-	return ast.NewObject(items...)
+	return items
 }
