@@ -52,7 +52,7 @@ func newQuotaEnv(tb testing.TB, hard corev1.ResourceList) quotaEnv {
 		tb.Fatal(err)
 	}
 	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&v1alpha1.OffloadTenant{}).
-		WithObjects(&v1alpha1.OffloadTenant{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}, Spec: v1alpha1.OffloadTenantSpec{Group: "interlink.io", Hard: hard}}).Build()
+		WithObjects(&v1alpha1.OffloadTenant{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Generation: 1}, Spec: v1alpha1.OffloadTenantSpec{Group: "interlink.io", Hard: hard}}).Build()
 	a := newTestAuthorizer(tb, Config{}, &fakeReviewer{answer: rbacByVerb(saRunner + " create pods.interlink.io")}, newView())
 	dir := &liveDirectory{c: c}
 	a.cfg.Tenants, a.cfg.Ledger = dir, tenants.NewLedger(c, nil, tenants.LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant})
@@ -199,13 +199,18 @@ func TestDecideWithoutQuotaKeepsInput(t *testing.T) {
 	}
 }
 
-// BenchmarkDecideQuota: a decision of a tenant with a quota (charged to the ledger of a
-// fake API) beside one of a tenant without, every spec distinct so the memo never answers.
+// BenchmarkDecideQuota: a decision of a tenant with a quota beside one of a tenant
+// without, as the bridge makes them: the ledger charges from its slice (a fake API
+// behind it), the directory answers from a snapshot as the informer does, and the
+// pods are an indexed Job's (each its own name, UID, hostname and index), so the memo
+// never answers.
 func BenchmarkDecideQuota(b *testing.B) {
 	distinct := make([]json.RawMessage, 8192)
 	for i := range distinct {
-		distinct[i] = json.RawMessage(fmt.Sprintf(`{"pod": {"metadata": {"name": "p%d", "namespace": "team-a", "uid": "u%d"},
-			"spec": {"serviceAccountName": "runner", "nodeName": "vk-1", "containers": [{"name": "main", "resources": {"limits": {"cpu": "%dm"}}}]}}}`, i, i, 1+i))
+		distinct[i] = json.RawMessage(fmt.Sprintf(`{"operation": "create", "pod": {"metadata": {"name": "array-%d", "namespace": "team-a", "uid": "u%d",
+			"annotations": {"batch.kubernetes.io/job-completion-index": "%d"}},
+			"spec": {"serviceAccountName": "runner", "nodeName": "vk-1", "hostname": "array-%d", "containers": [{"name": "main",
+				"env": [{"name": "JOB_COMPLETION_INDEX", "value": "%d"}], "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "4", "memory": "8Gi"}}}]}}}`, i, i, i, i, i))
 	}
 	for _, bc := range []struct {
 		name string
@@ -216,7 +221,10 @@ func BenchmarkDecideQuota(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			e := newQuotaEnv(b, bc.hard)
-			e.a.cfg.Ledger = tenants.NewLedger(e.client, nil, tenants.LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, MaxPending: 1 << 30})
+			snapshot, ok := e.dir.Quota("team-a")
+			e.a.cfg.Tenants = snapshotDirectory{snapshot, ok}
+			e.a.cfg.Ledger = tenants.NewLedger(e.client, nil, tenants.LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, MaxPending: 1 << 30,
+				Slices: tenants.SliceOptions{Holder: "bench"}})
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -228,6 +236,19 @@ func BenchmarkDecideQuota(b *testing.B) {
 			}
 		})
 	}
+}
+
+// snapshotDirectory answers with one OffloadTenant, as an informer holds it between
+// events.
+type snapshotDirectory struct {
+	t  *v1alpha1.OffloadTenant
+	ok bool
+}
+
+func (snapshotDirectory) Tenant(string) (string, bool, error) { return "", false, nil }
+func (snapshotDirectory) Conflict(string) string              { return "" }
+func (d snapshotDirectory) Quota(string) (*v1alpha1.OffloadTenant, bool) {
+	return d.t, d.ok
 }
 
 // noPods is a view of the virtual nodes' pods where none runs: nothing to adopt.

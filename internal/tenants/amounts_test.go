@@ -1,6 +1,7 @@
 package tenants
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"testing"
@@ -44,7 +45,6 @@ func TestPodAmounts(t *testing.T) {
 		return l
 	}
 	always := corev1.ContainerRestartPolicyAlways
-	withSpec := func(p *corev1.Pod, f func(*corev1.PodSpec)) *corev1.Pod { f(&p.Spec); return p }
 	tests := []struct {
 		name string
 		pod  *corev1.Pod
@@ -170,15 +170,91 @@ func TestPodAmounts(t *testing.T) {
 			amountsPod("", one(nil, rl("cpu", "9e18", "memory", "9E")), nil),
 			rl("cpu", "9000000000000000001", "memory", "9000000000001048576", "pods", "1")},
 	}
+	cache := NewAmountsCache() // one for every case: an entry of one is never another's
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := PodAmounts(tc.pod)
 			if !sameList(got, tc.want) {
 				t.Errorf("PodAmounts = %v, want %v", EncodeAmounts(got), EncodeAmounts(tc.want))
 			}
+			for _, pass := range []string{"miss", "hit"} {
+				cached, err := cache.Amounts(podValue(t, tc.pod))
+				if err != nil || !sameList(cached, tc.want) {
+					t.Errorf("AmountsCache (%s) = %v, %v; want %v", pass, EncodeAmounts(cached), err, EncodeAmounts(tc.want))
+				}
+			}
 		})
 	}
 }
+
+// podValue is p as a decision's input holds it.
+func podValue(t *testing.T, p *corev1.Pod) ast.Value {
+	t.Helper()
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ast.ValueFromReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// The pods of an indexed Job (hostname, index variable, command) share one entry of
+// AmountsCache; a container's resources or restart policy, an init container, overhead
+// or pod-level resources make another.
+func TestAmountsCacheKey(t *testing.T) {
+	q := resource.MustParse
+	base := amountsPod("", []corev1.Container{amountsContainer(corev1.ResourceList{"cpu": q("1")}, corev1.ResourceList{"memory": q("1Gi")})}, nil)
+	same := []func(*corev1.PodSpec){
+		func(s *corev1.PodSpec) { s.Hostname = "array-7" },
+		func(s *corev1.PodSpec) {
+			s.Containers[0].Env = []corev1.EnvVar{{Name: "JOB_COMPLETION_INDEX", Value: "7"}}
+			s.Containers[0].Command = []string{"solve", "--part=7"}
+		},
+		func(s *corev1.PodSpec) { s.Containers[0].Name = "other" },
+	}
+	different := []func(*corev1.PodSpec){
+		func(s *corev1.PodSpec) { s.Containers[0].Resources.Limits["cpu"] = q("3") },
+		func(s *corev1.PodSpec) {
+			s.InitContainers = []corev1.Container{amountsContainer(corev1.ResourceList{"cpu": q("2")}, nil)}
+			s.InitContainers[0].RestartPolicy = ptrTo(corev1.ContainerRestartPolicyAlways)
+		},
+		func(s *corev1.PodSpec) {
+			s.Containers = append(s.Containers, amountsContainer(nil, corev1.ResourceList{"cpu": q("2")}))
+		},
+		func(s *corev1.PodSpec) { s.Overhead = corev1.ResourceList{"cpu": q("1")} },
+		func(s *corev1.PodSpec) {
+			s.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{"memory": q("4Gi")}}
+		},
+	}
+	c := NewAmountsCache()
+	want := PodAmounts(base)
+	if _, err := c.Amounts(podValue(t, base)); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range same {
+		p := withSpec(base.DeepCopy(), f)
+		if got, err := c.Amounts(podValue(t, p)); err != nil || !sameList(got, want) {
+			t.Errorf("same %d: %v, %v; want %v", i, EncodeAmounts(got), err, EncodeAmounts(want))
+		}
+	}
+	if n := c.byHash.Len(); n != 1 {
+		t.Errorf("%d entries after pods differing only in what PodAmounts does not read, want 1", n)
+	}
+	for i, f := range different {
+		p := withSpec(base.DeepCopy(), f)
+		got, err := c.Amounts(podValue(t, p))
+		if err != nil || !sameList(got, PodAmounts(p)) || sameList(got, want) {
+			t.Errorf("different %d: %v, %v; want %v", i, EncodeAmounts(got), err, EncodeAmounts(PodAmounts(p)))
+		}
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func withSpec(p *corev1.Pod, f func(*corev1.PodSpec)) *corev1.Pod { f(&p.Spec); return p }
 
 // sameList compares resource lists by value.
 func sameList(a, b corev1.ResourceList) bool {

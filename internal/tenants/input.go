@@ -42,7 +42,7 @@ func listValue(l corev1.ResourceList) *ast.Term {
 }
 
 // AmountsCache remembers PodAmounts of pods by the hash of the canonical encoding of
-// what it reads, the spec and the flags annotation (the pods of one job share both),
+// what it reads, the spec's resources and the flags annotation (the pods of one job share both),
 // bounded in bytes. Safe for concurrent use.
 type AmountsCache struct {
 	byHash *sizedlru.Cache[[sha256.Size]byte, corev1.ResourceList]
@@ -64,6 +64,11 @@ func NewAmountsCache() *AmountsCache {
 var (
 	specPath  = []*ast.Term{ast.StringTerm("spec")}
 	flagsPath = []*ast.Term{ast.StringTerm("metadata"), ast.StringTerm("annotations"), ast.StringTerm(slurmjob.FlagsAnnotation)}
+	// What PodAmounts reads of a spec, and of each of its containers.
+	specAmountKeys      = []*ast.Term{ast.StringTerm("containers"), ast.StringTerm("initContainers"), ast.StringTerm("overhead"), ast.StringTerm("resources")}
+	containersKey       = ast.StringTerm("containers")
+	initContainersKey   = ast.StringTerm("initContainers")
+	containerAmountKeys = []*ast.Term{ast.StringTerm("resources"), ast.StringTerm("restartPolicy")}
 )
 
 // Amounts is PodAmounts of the pod in a decision's input (input.pod, already checked as
@@ -73,12 +78,15 @@ func (c *AmountsCache) Amounts(pod ast.Value) (corev1.ResourceList, error) {
 	if spec == nil {
 		return corev1.ResourceList{ResourcePods: *resource.NewQuantity(1, resource.DecimalSI)}, nil
 	}
+	// Keyed by what PodAmounts reads only: the pods of an indexed Job differ in their
+	// hostnames and index variables, never in their resources.
+	sized := amountsOf(spec)
 	flags := astjson.Find(pod, flagsPath)
-	key := sha256.Sum256(astjson.AppendCanonical(astjson.AppendCanonical(nil, spec), flags))
+	key := sha256.Sum256(astjson.AppendCanonical(astjson.AppendCanonical(nil, sized), flags))
 	if l, ok := c.byHash.Get(key); ok {
 		return l, nil
 	}
-	j, err := ast.JSON(spec)
+	j, err := ast.JSON(sized)
 	if err != nil {
 		return nil, fmt.Errorf("reading the pod's resources: %w", err)
 	}
@@ -96,4 +104,49 @@ func (c *AmountsCache) Amounts(pod ast.Value) (corev1.ResourceList, error) {
 	l := PodAmounts(&p)
 	c.byHash.Add(key, l, amountsEntryBytes+int64(len(l))*amountsResourceBytes)
 	return l, nil
+}
+
+// amountsOf is the part of a pod spec PodAmounts reads: the containers' and init
+// containers' resources and restart policies, in order, the overhead and the pod's
+// resources. A spec that is not an object, or containers that are not arrays of
+// objects, are kept whole (the decode then fails as it would have).
+func amountsOf(spec ast.Value) ast.Value {
+	obj, ok := spec.(ast.Object)
+	if !ok {
+		return spec
+	}
+	out := ast.NewObject()
+	for _, k := range specAmountKeys {
+		v := obj.Get(k)
+		if v == nil {
+			continue
+		}
+		if k.Equal(containersKey) || k.Equal(initContainersKey) {
+			v = containerAmounts(v)
+		}
+		out.Insert(k, v)
+	}
+	return out
+}
+
+func containerAmounts(cs *ast.Term) *ast.Term {
+	arr, ok := cs.Value.(*ast.Array)
+	if !ok {
+		return cs
+	}
+	out := make([]*ast.Term, arr.Len())
+	for i := range arr.Len() {
+		c, ok := arr.Elem(i).Value.(ast.Object)
+		if !ok {
+			return cs
+		}
+		kept := ast.NewObject()
+		for _, k := range containerAmountKeys {
+			if v := c.Get(k); v != nil {
+				kept.Insert(k, v)
+			}
+		}
+		out[i] = ast.NewTerm(kept)
+	}
+	return ast.ArrayTerm(out...)
 }
