@@ -9,7 +9,8 @@
 # It prints the decision latency (p50, p90, p99, max) of each, and for the charged jobs the ledger writes
 # per admitted pod (sar_bridge_ledger_writes_total{result="success"} of every replica),
 # the conflicts, the charges per write, the status writes the API server served, and how
-# long the decision path's ledger rounds took (sar_bridge_ledger_write_seconds); and where
+# long the decision path's ledger rounds took (sar_bridge_ledger_write_seconds) and how
+# many creates waited for the ledger at all (sar_bridge_ledger_wait_seconds); and where
 # each phase's time went: when the creates slower than the uncharged p99 + 20 ms started
 # in the burst (windows of 250 ms, allowed and refused apart), the CPU seconds of the API
 # server and the replicas, and the API server's requests by verb and resource. It

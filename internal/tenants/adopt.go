@@ -56,13 +56,20 @@ func needsAdoption(t *v1alpha1.OffloadTenant, cluster string) bool {
 // the resourceVersion check lets one count land, and the others find it counted. A
 // count that fails (the views not synced yet, the API unreachable) is left to the first
 // charge, as before. A ledger that cannot write (check, who-can) does nothing.
+//
+// Any change wakes the tenant's creates that wait for others' slices (awaitOthers), and
+// tells this bridge's slice whether room is left outside the slices (observeSlice).
 func (l *Ledger) Observe(t *v1alpha1.OffloadTenant) {
-	if l.client == nil || !hasQuota(t) || !needsAdoption(t, l.opts.Cluster) {
+	if l.client == nil || !hasQuota(t) {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.flushLocked(t.Name)
+	l.wakeLocked(t)
+	l.observeSlice(t)
+	if needsAdoption(t, l.opts.Cluster) {
+		l.flushLocked(t.Name)
+	}
 }
 
 // adopt counts the tenant's running pods no charge covers into t (pending charges,

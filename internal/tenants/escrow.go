@@ -3,9 +3,11 @@ package tenants
 // The escrow (quota slices): a bridge holds a slice of a tenant's remaining quota,
 // recorded in the tenant's status (status.slices: holder, room, expiry), and charges
 // allowed creates against it in memory; its charges reach status.pending in batches
-// (a report), in the same resourceVersion-checked writes that refill, renew or return
-// the slice. A create that does not fit the slice waits for a write, as every create
-// did before.
+// (a report), in the same resourceVersion-checked writes that renew or return the
+// slice, or charge a create it did not cover, or refill it near the quota's end. Far
+// from the end a busy slice's refills report nothing: its charges stay inside its room
+// in the status meanwhile, so the status a burst rewrites stays small. A create that
+// does not fit the slice waits for a write, as every create did before.
 //
 // Why there is no overshoot. Let S be a tenant's status as stored. Every write of it
 // is resourceVersion-checked, so writes are serialised, and every write keeps
@@ -125,7 +127,9 @@ type slice struct {
 	lastUse    time.Time           // last charge from free
 	lastWrite  time.Time           // last write that landed
 	shared     bool                // held to its share of the room left (grantFor): the end
+	crowded    bool                // the view shows no room left outside the slices (Observe)
 	frozen     bool                // a write is giving room back: free is 0 meanwhile
+	rv         string              // the tenant's resourceVersion this bridge last read or wrote
 	refreeze   bool                // the next write must be frozen (slice lost, spec changed)
 	timer      *time.Timer
 	// Creates of the tenant this bridge was asked to charge, per second (the current
@@ -216,8 +220,13 @@ func (l *Ledger) armLocked(tenant string, st *slice) {
 		return
 	}
 	// As often as an idle slice is to be returned, at most every Report; a flush
-	// with nothing to report or return writes nothing.
-	st.timer = time.AfterFunc(min(l.opts.Slices.Report, l.idleAfter(st)), func() {
+	// with nothing to report or return writes nothing. Once charges have stopped, at
+	// the moment the slice becomes idle, not a whole period later.
+	wait := min(l.opts.Slices.Report, l.idleAfter(st))
+	if until := st.lastUse.Add(l.idleAfter(st)).Sub(l.opts.Now()); until > 0 && until < wait {
+		wait = until
+	}
+	st.timer = time.AfterFunc(wait, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		st.timer = nil
@@ -228,14 +237,41 @@ func (l *Ledger) armLocked(tenant string, st *slice) {
 }
 
 // idleAfter is how long a slice nothing is charged from is kept: Idle, or a fifth of
-// it for a slice held to its share near the quota's end, where what it holds may be
-// what a create elsewhere waits for (othersWait).
+// it for a slice held to its share near the quota's end or while the view shows no
+// room left outside the slices, where what it holds may be what a create elsewhere
+// waits for (othersWait).
 func (l *Ledger) idleAfter(st *slice) time.Duration {
-	if st.shared {
+	if st.shared || st.crowded {
 		return l.opts.Slices.Idle / 5
 	}
 	return l.opts.Slices.Idle
 }
+
+// observeSlice notes whether t, as the view shows it, leaves room outside the slices,
+// and returns this bridge's slice at once when none is left and the slice has been idle
+// for idleAfter: a create elsewhere may be waiting for it. Called with l.mu held.
+func (l *Ledger) observeSlice(t *v1alpha1.OffloadTenant) {
+	st := l.slices[t.Name]
+	if st == nil || len(st.unit) == 0 || isZero(st.free) {
+		return
+	}
+	was := st.crowded
+	st.crowded = podsWorth(unsliced(t), st.unit) < 1
+	switch {
+	case !st.crowded || st.frozen:
+	case l.opts.Now().Sub(st.lastUse) >= l.idleAfter(st):
+		l.flushLocked(t.Name)
+	case !was && st.timer != nil:
+		// Armed for the longer idle time: check again when this one has passed.
+		st.timer.Stop()
+		st.timer = nil
+		l.armLocked(t.Name, st)
+	}
+}
+
+// maxUnreported is how many charges a slice may hold unreported before a write reports
+// them even far from the quota's end.
+func maxUnreported(opts SliceOptions) int { return 2 * opts.Max }
 
 // writeSliced is drain's write when slices are on: it reports the slice's charges,
 // charges the batch (creates the slice did not cover) exactly, and refills, renews,
@@ -252,16 +288,33 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	// A write that may give room back takes free to zero first: (II). The others only
 	// add room, so charges go on from free meanwhile.
 	frozen := idle || st.refreeze
-	if !frozen && len(batch) == 0 && start.Sub(st.lastWrite) < opts.Report && podsWorth(st.free, st.unit) > st.size/2 &&
-		start.Before(st.expires.Add(-opts.Lease/2)) {
+	renewal := !start.Before(st.expires.Add(-opts.Lease / 2))
+	// The charges are reported (moved into status.pending) where they count: when the
+	// slice gives room back, falls short of a create, is held to its share near the
+	// quota's end, is renewed, or holds many. A busy slice far from the end is only
+	// refilled meanwhile, so the status a burst rewrites stays small (each write, and
+	// each replica's decoding of it, costs its size); its charges are inside its room
+	// in the status, counted for every other bridge, and recounted from the pods if
+	// its holder dies (escrow_reclaim.go).
+	report := frozen || len(batch) > 0 || st.shared || renewal || len(st.unreported) >= maxUnreported(opts)
+	reportDue := st.shared && len(st.unreported) > 0 && start.Sub(st.lastWrite) >= opts.Report
+	if !frozen && len(batch) == 0 && !reportDue && podsWorth(st.free, st.unit) > st.size/2 && !renewal &&
+		len(st.unreported) < maxUnreported(opts) {
 		// A check for idleness found none, and no report, refill or renewal is due.
 		l.armLocked(tenant, st)
 		l.mu.Unlock()
 		return nil
 	}
 	defer l.timeRound(time.Now())
-	reports := st.unreported
-	st.unreported = nil
+	var reports []Request
+	var kept corev1.ResourceList // charged from the slice and not reported by this write
+	if report {
+		reports, st.unreported = st.unreported, nil
+	} else {
+		for _, r := range st.unreported {
+			kept = add(kept, r.Amounts)
+		}
+	}
 	held := st.free
 	if frozen {
 		st.frozen, st.free, st.refreeze = true, nil, false
@@ -283,6 +336,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	already := make([]bool, len(batch))
 	var room, grant, returned corev1.ResourceList
 	var generation int64
+	var rv string
 	lost, wrote, refreeze, atEnd := false, false, false, false
 	written, adoptedPods := 0, 0
 	err := RetryOnConflict(l.opts.Retry, func() error {
@@ -291,7 +345,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		if err := l.client.Get(ctx, client.ObjectKey{Name: tenant}, &t); err != nil {
 			return err
 		}
-		generation = t.Generation
+		generation, rv = t.Generation, t.ResourceVersion
 		// The pods already running that no charge covers count first (adopt.go), as in
 		// an exact write: a slice is granted from what is left of the quota after them.
 		adopted, err := l.adopt(ctx, &t)
@@ -372,8 +426,8 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		share := sharing{others: others, demand: demand}
 		switch {
 		case !frozen:
-			if want := size - podsWorth(room, unit); !lost && want > 0 && podsWorth(room, unit) < size/2+1 {
-				grant, atEnd = grantFor(&t, opts, l.opts.MaxPending, unit, want, share)
+			if free := podsWorth(Sub(room, kept), unit); !lost && size > free && free < size/2+1 {
+				grant, atEnd = grantFor(&t, opts, l.opts.MaxPending, unit, size-free, share)
 			}
 		case len(t.Spec.Nodes) > 0 || len(t.Spec.Hard) == 0 || idle || waitOthers:
 			room = nil // per-node caps are charged exactly; idle or wanted: returned
@@ -392,7 +446,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 			t.Status.Slices[sliceIndex(t.Status.Slices, opts.Holder)].Expires = metav1.NewTime(now.Add(opts.Lease))
 		}
 		if adoptedPods, err = l.updateStatus(ctx, &t, adopted); err == nil {
-			written, wrote = changed, true
+			written, wrote, rv = changed, true, t.ResourceVersion
 		}
 		return err
 	})
@@ -400,7 +454,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st.frozen = false
+	st.frozen, st.rv = false, rv
 	if err != nil {
 		l.metrics.writes.WithLabelValues("error").Inc()
 		// Nothing landed: the slice in status is what it was. The reports are kept for
@@ -462,7 +516,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	if isZero(room) {
 		st.shared = false
 	}
-	if held := podsWorth(room, unit); atEnd && held > 0 && held < st.size {
+	if held := podsWorth(Sub(room, kept), unit); atEnd && held > 0 && held < st.size {
 		// Held to its share (near the end): refilled at half of what it holds, not of
 		// a size it cannot reach, which would write at every charge.
 		st.size = max(held, opts.Min)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -418,5 +419,195 @@ func TestSlicesQueuedBehindRefill(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(l.metrics.charges.WithLabelValues("slice")); got != 10 {
 		t.Errorf("%v creates charged from the slice, want 10", got)
+	}
+}
+
+// TestSlicesWakeOnReturn: a create that only another bridge's slice could fit waits
+// for it, and is asked again as soon as the bridge's view shows the slice returned
+// (Observe), not at the next poll; the view showing this bridge's own read wakes
+// nothing.
+func TestSlicesWakeOnReturn(t *testing.T) {
+	obj := tenant("team-a", list("pods", "20"), nil)
+	obj.Generation = 1
+	var reads atomic.Int64 // the ledger's rounds: each reads the tenant
+	c := fakeClient(t, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		reads.Add(1)
+		return c.Get(ctx, key, obj, opts...)
+	}}, obj)
+	ctx := context.Background()
+	var stored v1alpha1.OffloadTenant
+	if err := c.Get(ctx, client.ObjectKey{Name: "team-a"}, &stored); err != nil {
+		t.Fatal(err)
+	}
+	stored.Status.Slices = []v1alpha1.Slice{{Holder: "replica-0", Amounts: list("pods", "20"), Expires: metav1.NewTime(time.Now().Add(time.Minute))}}
+	if err := c.Status().Update(ctx, &stored); err != nil {
+		t.Fatal(err)
+	}
+	// Polled every 6 minutes: only a wake answers within the test's time.
+	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(),
+		Slices: SliceOptions{Holder: "replica-1", Report: time.Hour, Min: 4}})
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, othersWait)
+		defer cancel()
+		done <- l.Charge(ctx, podOf(0, 1))
+	}()
+	waitingOthers := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		q := l.queues["team-a"]
+		return q != nil && q.others
+	}
+	for deadline := time.Now().Add(2 * time.Second); !waitingOthers(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the create is not waiting for the other bridge's slice")
+		}
+	}
+	// The view shows what this bridge read: no wake.
+	var seen v1alpha1.OffloadTenant
+	if err := c.Get(ctx, client.ObjectKey{Name: "team-a"}, &seen); err != nil {
+		t.Fatal(err)
+	}
+	before := reads.Load()
+	l.Observe(&seen)
+	select {
+	case err := <-done:
+		t.Fatalf("answered (%v) on the bridge's own read", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if n := reads.Load() - before; n != 0 {
+		t.Errorf("%d rounds on the bridge's own read, want 0", n)
+	}
+	// replica-0 returns its slice; the view shows it.
+	seen.Status.Slices = nil
+	if err := c.Status().Update(ctx, &seen); err != nil {
+		t.Fatal(err)
+	}
+	l.Observe(&seen)
+	if err := <-done; err != nil {
+		t.Fatalf("charge after the slice came back: %v, want an allow", err)
+	}
+	wantUsed(t, status(t, c, "team-a"), "pods", "1")
+}
+
+// TestSlicesBusyNotReported: far from the quota's end a busy slice is refilled without
+// reporting its charges (the status a burst rewrites stays small; the charges are
+// inside the slice's room meanwhile, (I) holding at every write), and the first write
+// that must report (here a create the slice does not cover) reports them all.
+func TestSlicesBusyNotReported(t *testing.T) {
+	obj := tenant("team-a", list("pods", "10000"), nil)
+	obj.Generation = 7
+	c := newInvariantClient(t, obj)
+	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(),
+		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Idle: time.Hour, Min: 4, Initial: 8, Max: 8}})
+	ctx := context.Background()
+	settled := func() {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			l.mu.Lock()
+			q := l.queues["team-a"]
+			busy := q != nil && q.writing
+			l.mu.Unlock()
+			if !busy {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the ledger's writes did not end")
+			}
+		}
+	}
+	charge := func(from, to int) {
+		for i := from; i <= to; i++ {
+			if err := l.Charge(ctx, podOf(i, 7)); err != nil {
+				t.Fatal(err)
+			}
+			settled() // each refill lands before the next create: none waits for one
+		}
+	}
+	charge(0, 12)
+	s := status(t, c, "team-a")
+	if c.writes.Load() < 3 {
+		t.Fatalf("%d writes, want the first charge and refills", c.writes.Load())
+	}
+	if len(s.Pending) != 1 {
+		t.Errorf("%d pending after refills, want 1 (pod 0, charged exactly): a busy slice's refills report nothing", len(s.Pending))
+	}
+	if room := s.Slices[0].Amounts.Pods(); room.Value() < 12 {
+		t.Errorf("slice of %v pods, want at least the 12 charged from it", room)
+	}
+	// At twice Max unreported, the refill reports them.
+	charge(13, 16)
+	if s = status(t, c, "team-a"); len(s.Pending) != 17 {
+		t.Errorf("%d pending, want 17: 16 charged from the slice, reported at 2 × Max", len(s.Pending))
+	}
+	// A create of another spec is charged exactly, in a write that reports the rest.
+	charge(17, 18)
+	if err := l.Charge(ctx, podOf(100, 8)); err != nil {
+		t.Fatal(err)
+	}
+	s = status(t, c, "team-a")
+	if len(s.Pending) != 20 {
+		t.Errorf("%d pending, want 20: pods 0–18 and pod 100", len(s.Pending))
+	}
+	wantUsed(t, s, "pods", "20")
+	if v := c.violations.Load(); v > 0 {
+		t.Errorf("%d status writes over hard; first: %v", v, c.first.Load())
+	}
+}
+
+// TestSlicesCrowdedReturn: a slice idle for a fifth of Idle is returned as soon as the
+// view shows no room left outside the slices (a create elsewhere may wait for it), and
+// kept while there is.
+func TestSlicesCrowdedReturn(t *testing.T) {
+	obj := tenant("team-a", list("pods", "100"), nil)
+	obj.Generation = 1
+	c := newInvariantClient(t, obj)
+	now := time.Now()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(), Now: clock,
+		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Idle: time.Hour, Min: 4, Initial: 8, Max: 8}})
+	ctx := context.Background()
+	if err := l.Charge(ctx, podOf(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	holds := func() bool {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			l.mu.Lock()
+			q := l.queues["team-a"]
+			busy := q != nil && q.writing
+			l.mu.Unlock()
+			if !busy {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the ledger's writes did not end")
+			}
+		}
+		return sliceIndex(status(t, c, "team-a").Slices, "replica-0") >= 0
+	}
+	if !holds() {
+		t.Fatal("no slice after the first charge")
+	}
+	mu.Lock()
+	now = now.Add(13 * time.Minute) // idle past a fifth of Idle, not Idle
+	mu.Unlock()
+	var view v1alpha1.OffloadTenant
+	if err := c.Get(ctx, client.ObjectKey{Name: "team-a"}, &view); err != nil {
+		t.Fatal(err)
+	}
+	l.Observe(&view)
+	if !holds() {
+		t.Fatal("slice returned while the view shows room outside the slices")
+	}
+	// Another replica's slice takes the rest, as the view shows it.
+	rest := Sub(unsliced(&view), nil)
+	view.Status.Slices = append(view.Status.Slices, v1alpha1.Slice{Holder: "replica-1", Amounts: rest, Expires: metav1.NewTime(now.Add(time.Minute))})
+	view.ResourceVersion = "other"
+	l.Observe(&view)
+	if holds() {
+		t.Fatal("slice kept while the view shows no room outside the slices")
+	}
+	if v := c.violations.Load(); v > 0 {
+		t.Errorf("%d status writes over hard; first: %v", v, c.first.Load())
 	}
 }

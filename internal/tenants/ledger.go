@@ -133,6 +133,11 @@ type queue struct {
 	waiting []*waiter
 	writing bool
 	flush   bool // a slice's write is wanted (report, refill, return) without a waiter
+	// others is set while creates wait for other bridges' slices; wake is signalled when
+	// the tenant's status changes meanwhile (Observe: a slice used or returned), so they
+	// are asked again then rather than at the next poll.
+	others bool
+	wake   chan struct{}
 }
 
 type waiter struct {
@@ -173,9 +178,11 @@ func (l *Ledger) Charge(ctx context.Context, req Request) error {
 		if l.chargeFromSlice(req, now) {
 			l.mu.Unlock()
 			l.metrics.charges.WithLabelValues("slice").Inc()
+			l.metrics.waits.Observe(0)
 			return nil
 		}
 	}
+	start := time.Now()
 	w := &waiter{req: req, done: make(chan error, 1), since: l.opts.Now()}
 	q := l.queues[req.Tenant]
 	if q == nil {
@@ -183,14 +190,15 @@ func (l *Ledger) Charge(ctx context.Context, req Request) error {
 		l.queues[req.Tenant] = q
 	}
 	q.waiting = append(q.waiting, w)
-	start := !q.writing
+	drain := !q.writing
 	q.writing = true
 	l.mu.Unlock()
-	if start {
+	if drain {
 		go l.drain(req.Tenant, q)
 	}
 	select {
 	case err := <-w.done:
+		l.metrics.waits.Observe(time.Since(start).Seconds())
 		return err
 	case <-ctx.Done():
 		// The charge may still be written: it then holds quota until the reconciler
@@ -222,9 +230,8 @@ func (l *Ledger) drain(tenant string, q *queue) {
 			results = l.write(ctx, tenant, batch)
 		}
 		cancel()
-		again := l.answer(tenant, q, batch, results)
-		if again {
-			time.Sleep(l.opts.Slices.Report / 10) // others' slices: used or returned meanwhile
+		if l.answer(tenant, q, batch, results) {
+			l.awaitOthers(q)
 		}
 	}
 }
@@ -247,6 +254,43 @@ func (l *Ledger) fromSlice(waiting []*waiter) []*waiter {
 		rest = append(rest, w)
 	}
 	return rest
+}
+
+// awaitOthers waits until the tenant's status changes (another bridge's write: a slice
+// used or returned) or a tenth of Report has passed, whichever is first: the poll is for
+// a view that lags or misses an event.
+func (l *Ledger) awaitOthers(q *queue) {
+	l.mu.Lock()
+	if q.wake == nil {
+		q.wake = make(chan struct{}, 1)
+	}
+	q.others = true
+	wake := q.wake
+	l.mu.Unlock()
+	t := time.NewTimer(l.opts.Slices.Report / 10)
+	defer t.Stop()
+	select {
+	case <-wake:
+	case <-t.C:
+	}
+	l.mu.Lock()
+	q.others = false
+	l.mu.Unlock()
+}
+
+// wakeLocked tells a tenant's creates waiting for others' slices that its status
+// changed: not this bridge's own last write or read coming back through the view.
+// Called with l.mu held.
+func (l *Ledger) wakeLocked(t *v1alpha1.OffloadTenant) {
+	if st := l.slices[t.Name]; st != nil && st.rv == t.ResourceVersion {
+		return
+	}
+	if q := l.queues[t.Name]; q != nil && q.others {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // answer sends each waiter its result; a create waiting for others' slices is queued
@@ -573,6 +617,7 @@ func UpdateStatus(ctx context.Context, c client.Client, t *v1alpha1.OffloadTenan
 type ledgerMetrics struct {
 	writes, charges   *prometheus.CounterVec
 	batch, roundTimes prometheus.Histogram
+	waits             prometheus.Histogram
 	adopted, counts   prometheus.Counter
 }
 
@@ -598,6 +643,12 @@ func newLedgerMetrics(reg prometheus.Registerer) ledgerMetrics {
 			Help:    "How long one round of a tenant's ledger by the decision path took: the reads of the tenant (and of stored pods), the resourceVersion-checked status write and its retries on conflict; rounds that found nothing to write included.",
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
 		}),
+		// What the ledger adds to a decision: 0 for a create its bridge's slice covered.
+		waits: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sar_bridge_ledger_wait_seconds",
+			Help:    "How long a create waited for its tenant's ledger (a round, others' slices) before it was charged or refused; a create charged from this bridge's slice at once waits 0 (the first bucket).",
+			Buckets: []float64{0.0001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}),
 		adopted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sar_bridge_ledger_adopted_total",
 			Help: "Running pods of virtual nodes that no charge covered (they ran before their tenant's quota, or its spec changed) which this bridge counted and added to the ledger as pending charges.",
@@ -608,7 +659,7 @@ func newLedgerMetrics(reg prometheus.Registerer) ledgerMetrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.writes, m.charges, m.batch, m.roundTimes, m.adopted, m.counts)
+		reg.MustRegister(m.writes, m.charges, m.batch, m.roundTimes, m.waits, m.adopted, m.counts)
 	}
 	return m
 }

@@ -253,9 +253,9 @@ type ledgerCounters struct {
 	batchCount, batchSum           float64
 	buckets                        map[string]float64 // cumulative, by le
 	// The decision path's ledger rounds (sar_bridge_ledger_write_seconds): a create
-	// that does not fit its bridge's slice waits for one.
-	roundCount, roundSum float64
-	roundBuckets         map[string]float64 // cumulative, by le
+	// that does not fit its bridge's slice waits for one; and how long each create
+	// waited for the ledger (sar_bridge_ledger_wait_seconds, 0 for one its slice covered).
+	rounds, waits timeHistogram
 	// The reconciler's status writes and their conflicts with the decisions' (the
 	// leader's).
 	reconcileWrites, reconcileConflicts float64
@@ -273,7 +273,7 @@ type ledgerCounters struct {
 
 // readCounters reads the replicas' ledger metrics and the API server's status writes.
 func readCounters(cl *cluster.Cluster, bridges []*cluster.Bridge) (ledgerCounters, error) {
-	c := ledgerCounters{buckets: map[string]float64{}, roundBuckets: map[string]float64{}}
+	c := ledgerCounters{buckets: map[string]float64{}, rounds: newTimeHistogram(), waits: newTimeHistogram()}
 	for _, b := range bridges {
 		s, err := b.Metrics()
 		if err != nil {
@@ -289,8 +289,8 @@ func readCounters(cl *cluster.Cluster, bridges []*cluster.Bridge) (ledgerCounter
 		c.batchSum += s.Sum("sar_bridge_ledger_batch_size_sum", nil)
 		c.reconcileWrites += s.Sum("sar_bridge_ledger_reconciles_total", map[string]string{"result": "written"})
 		c.reconcileConflicts += s.Sum("sar_bridge_ledger_reconcile_conflicts_total", nil)
-		c.roundCount += s.Sum("sar_bridge_ledger_write_seconds_count", nil)
-		c.roundSum += s.Sum("sar_bridge_ledger_write_seconds_sum", nil)
+		c.rounds.add(s, "sar_bridge_ledger_write_seconds")
+		c.waits.add(s, "sar_bridge_ledger_wait_seconds")
 		c.bridgesCPU += s.Sum("process_cpu_seconds_total", nil)
 		c.memoHit += s.Sum("sar_bridge_decision_memo_total", map[string]string{"result": "hit"})
 		c.memoMiss += s.Sum("sar_bridge_decision_memo_total", map[string]string{"result": "miss"})
@@ -298,8 +298,6 @@ func readCounters(cl *cluster.Cluster, bridges []*cluster.Bridge) (ledgerCounter
 			switch x.Name {
 			case "sar_bridge_ledger_batch_size_bucket":
 				c.buckets[x.Labels["le"]] += x.Value
-			case "sar_bridge_ledger_write_seconds_bucket":
-				c.roundBuckets[x.Labels["le"]] += x.Value
 			}
 		}
 	}
@@ -332,7 +330,7 @@ func (c ledgerCounters) minus(o ledgerCounters) ledgerCounters {
 		writes: c.writes - o.writes, conflicts: c.conflicts - o.conflicts, writeErrors: c.writeErrors - o.writeErrors,
 		charged: c.charged - o.charged, already: c.already - o.already, refused: c.refused - o.refused,
 		batchCount: c.batchCount - o.batchCount, batchSum: c.batchSum - o.batchSum, buckets: map[string]float64{},
-		roundCount: c.roundCount - o.roundCount, roundSum: c.roundSum - o.roundSum, roundBuckets: map[string]float64{},
+		rounds: c.rounds.minus(o.rounds), waits: c.waits.minus(o.waits),
 		reconcileWrites: c.reconcileWrites - o.reconcileWrites, reconcileConflicts: c.reconcileConflicts - o.reconcileConflicts,
 		apiStatusWrites: c.apiStatusWrites - o.apiStatusWrites,
 		apiCPU:          c.apiCPU - o.apiCPU, bridgesCPU: c.bridgesCPU - o.bridgesCPU,
@@ -347,9 +345,6 @@ func (c ledgerCounters) minus(o ledgerCounters) ledgerCounters {
 	}
 	for le, v := range c.buckets {
 		d.buckets[le] = v - o.buckets[le]
-	}
-	for le, v := range c.roundBuckets {
-		d.roundBuckets[le] = v - o.roundBuckets[le]
 	}
 	return d
 }
@@ -447,15 +442,47 @@ func decideJob(cl *cluster.Cluster, bridges []*cluster.Bridge, pods []*corev1.Po
 	return r, nil
 }
 
-// rounds sums the phase's ledger rounds up: how many, their mean, and the bucket
-// bounds their p50 and p99 fall under.
-func rounds(c ledgerCounters) string {
-	if c.roundCount == 0 {
+// timeHistogram is a Prometheus histogram of seconds summed over the replicas.
+type timeHistogram struct {
+	count, sum float64
+	buckets    map[string]float64 // cumulative, by le
+}
+
+func newTimeHistogram() timeHistogram { return timeHistogram{buckets: map[string]float64{}} }
+
+// add adds the replica's samples s of the histogram name.
+func (h *timeHistogram) add(s cluster.Samples, name string) {
+	h.count += s.Sum(name+"_count", nil)
+	h.sum += s.Sum(name+"_sum", nil)
+	for _, x := range s {
+		if x.Name == name+"_bucket" {
+			h.buckets[x.Labels["le"]] += x.Value
+		}
+	}
+}
+
+func (h timeHistogram) minus(o timeHistogram) timeHistogram {
+	d := timeHistogram{count: h.count - o.count, sum: h.sum - o.sum, buckets: map[string]float64{}}
+	for le, v := range h.buckets {
+		d.buckets[le] = v - o.buckets[le]
+	}
+	return d
+}
+
+// String sums the histogram up: how many, their mean, and the bucket bounds their p50
+// and p99 fall under.
+func (h timeHistogram) String() string {
+	if h.count == 0 {
 		return "none"
 	}
+	return fmt.Sprintf("%g, mean %.0f ms, p50 %s, p99 %s", h.count, 1000*h.sum/h.count, h.under(0.5), h.under(0.99))
+}
+
+// under is the smallest bucket bound at least q of the observations fall under.
+func (h timeHistogram) under(q float64) string {
 	type b struct{ le, n float64 }
 	var bs []b
-	for le, n := range c.roundBuckets {
+	for le, n := range h.buckets {
 		v, err := strconv.ParseFloat(le, 64)
 		if err != nil {
 			v = math.Inf(1)
@@ -463,18 +490,24 @@ func rounds(c ledgerCounters) string {
 		bs = append(bs, b{v, n})
 	}
 	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
-	under := func(q float64) string {
-		for _, x := range bs {
-			if x.n >= q*c.roundCount {
-				if math.IsInf(x.le, 1) {
-					break
-				}
-				return fmt.Sprintf("≤ %g s", x.le)
+	for _, x := range bs {
+		if x.n >= q*h.count {
+			if math.IsInf(x.le, 1) {
+				break
 			}
+			return fmt.Sprintf("≤ %g s", x.le)
 		}
-		return fmt.Sprintf("> %g s", bs[len(bs)-2].le)
 	}
-	return fmt.Sprintf("%g, mean %.0f ms, p50 %s, p99 %s", c.roundCount, 1000*c.roundSum/c.roundCount, under(0.5), under(0.99))
+	return fmt.Sprintf("> %g s", bs[len(bs)-2].le)
+}
+
+// waited says how many creates waited for the ledger (over the first bucket, 0.1 ms),
+// and how long the slowest of them did.
+func (h timeHistogram) waited() string {
+	if h.count == 0 {
+		return "none asked"
+	}
+	return fmt.Sprintf("%g of %g, p99 of all %s", h.count-h.buckets["0.0001"], h.count, h.under(0.99))
 }
 
 // histogram turns cumulative buckets into "≤1: n, 2: n, 3–4: n, …" of the batches.
@@ -556,8 +589,8 @@ func report(c config, results []phaseResult, statusBytes int, used string, pendi
 	fmt.Println()
 	for _, r := range results {
 		if r.writes > 0 {
-			fmt.Printf("round %d, %s: charges per write (batches): %s; charges: %v charged, %v already, %v refused; write errors %v; ledger rounds of the decision path (a create that misses its slice waits for one): %s\n",
-				r.round, r.name, r.histogram, r.counters.charged, r.counters.already, r.counters.refused, r.counters.writeErrors, rounds(r.counters))
+			fmt.Printf("round %d, %s: charges per write (batches): %s; charges: %v charged, %v already, %v refused; write errors %v; ledger rounds of the decision path (a create that misses its slice waits for one): %v; creates that waited for the ledger: %s\n",
+				r.round, r.name, r.histogram, r.counters.charged, r.counters.already, r.counters.refused, r.counters.writeErrors, r.counters.rounds, r.counters.waits.waited())
 		}
 	}
 	eachCharged(results, func(with, without phaseResult) {
