@@ -501,26 +501,12 @@ func TestSlicesBusyNotReported(t *testing.T) {
 	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(),
 		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Idle: time.Hour, Min: 4, Initial: 8, Max: 8}})
 	ctx := context.Background()
-	settled := func() {
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-			l.mu.Lock()
-			q := l.queues["team-a"]
-			busy := q != nil && q.writing
-			l.mu.Unlock()
-			if !busy {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the ledger's writes did not end")
-			}
-		}
-	}
 	charge := func(from, to int) {
 		for i := from; i <= to; i++ {
 			if err := l.Charge(ctx, podOf(i, 7)); err != nil {
 				t.Fatal(err)
 			}
-			settled() // each refill lands before the next create: none waits for one
+			writesDone(t, l, "team-a") // each refill lands before the next create: none waits for one
 		}
 	}
 	charge(0, 12)
@@ -571,18 +557,7 @@ func TestSlicesCrowdedReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 	holds := func() bool {
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-			l.mu.Lock()
-			q := l.queues["team-a"]
-			busy := q != nil && q.writing
-			l.mu.Unlock()
-			if !busy {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the ledger's writes did not end")
-			}
-		}
+		writesDone(t, l, "team-a")
 		return sliceIndex(status(t, c, "team-a").Slices, "replica-0") >= 0
 	}
 	if !holds() {
@@ -609,5 +584,22 @@ func TestSlicesCrowdedReturn(t *testing.T) {
 	}
 	if v := c.violations.Load(); v > 0 {
 		t.Errorf("%d status writes over hard; first: %v", v, c.first.Load())
+	}
+}
+
+// writesDone waits until no write of the tenant's ledger runs or is queued.
+func writesDone(t *testing.T, l *Ledger, tenant string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		l.mu.Lock()
+		q := l.queues[tenant]
+		busy := q != nil && q.writing
+		l.mu.Unlock()
+		if !busy {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ledger's writes did not end")
+		}
 	}
 }
