@@ -42,8 +42,8 @@ func listValue(l corev1.ResourceList) *ast.Term {
 }
 
 // AmountsCache remembers PodAmounts of pods by the hash of the canonical encoding of
-// what it reads, the spec's resources and the flags annotation (the pods of one job share both),
-// bounded in bytes. Safe for concurrent use.
+// what it reads, the spec's resources and the flags annotation (the pods of one job
+// share both), bounded in bytes. Safe for concurrent use.
 type AmountsCache struct {
 	byHash *sizedlru.Cache[[sha256.Size]byte, corev1.ResourceList]
 }

@@ -502,7 +502,7 @@ func (h timeHistogram) under(q float64) string {
 }
 
 // waited says how many creates waited for the ledger (over the first bucket, 0.1 ms),
-// and how long the slowest of them did.
+// and the bucket bound the p99 of all creates' waits falls under.
 func (h timeHistogram) waited() string {
 	if h.count == 0 {
 		return "none asked"
