@@ -50,6 +50,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,11 +76,15 @@ type SliceOptions struct {
 	// Min and Max bound a slice, in pods of the size last charged; DefaultSliceMin/Max.
 	// A new slice asks for Initial (DefaultSliceInitial).
 	Min, Initial, Max int
+	// Jitter draws, at each write, how many pods more than half of its size a slice may
+	// hold when its refill starts, from [0, n): rand.IntN when nil (tests fix it).
+	Jitter func(n int) int
 }
 
 // Defaults of SliceOptions. A burst of 1,000 creates over three bridges is decided in
-// a second or two: slices of 128 pods doubling up to 512, refilled when half used, and a
-// report a second cost a bridge a handful of writes for its third of the burst (make
+// a second or two: slices of 128 pods doubling up to 512, refilled when about half used
+// (a jitter keeps bridges from refilling at once), and a report when returned or renewed
+// cost a bridge a handful of writes for its third of the burst (make
 // bench-ledger); every write is one more chance to conflict with the other bridges' and
 // the reconciler's, each conflict a re-read and rewrite of a status of up to 2,000
 // pending charges, so fewer writes is what keeps the slowest creates fast. A lone
@@ -113,6 +118,9 @@ func (o *SliceOptions) defaults() {
 	setDefault(&o.Max, DefaultSliceMax)
 	o.Initial = min(max(o.Initial, o.Min), max(o.Max, o.Min))
 	o.Max = max(o.Max, o.Initial)
+	if o.Jitter == nil {
+		o.Jitter = rand.IntN
+	}
 }
 
 // slice is this bridge's view of its slice of one tenant.
@@ -130,8 +138,16 @@ type slice struct {
 	crowded    bool                // the view shows no room left outside the slices (Observe)
 	frozen     bool                // a write is giving room back: free is 0 meanwhile
 	rv         string              // the tenant's resourceVersion this bridge last read or wrote
-	refreeze   bool                // the next write must be frozen (slice lost, spec changed)
-	timer      *time.Timer
+	// A refill read the tenant at rv and found no room to grant: no refill is tried again
+	// until the view shows the tenant changed (observeSlice) or a write lands, rather
+	// than a read of the whole status at every charge near the quota's end.
+	dry bool
+	// How many changes of other bridges the view has shown: one shown while a refill
+	// ran may be newer than what it read, so the refill does not mark the slice dry.
+	changes  int
+	jitter   int  // lowAt
+	refreeze bool // the next write must be frozen (slice lost, spec changed)
+	timer    *time.Timer
 	// Creates of the tenant this bridge was asked to charge, per second (the current
 	// second and the one before): what bounds its slice near the quota's end.
 	demandAt                time.Time
@@ -187,13 +203,22 @@ func (l *Ledger) chargeFromSlice(req Request, now time.Time) (charged bool) {
 	st.ids[id] = true
 	st.lastUse = now
 	st.unit = restrict(req.Amounts, st.free)
-	if podsWorth(st.free, st.unit) <= st.size/2 {
+	if st.refillDue() {
 		l.flushLocked(req.Tenant) // refill before it runs out, while charges go on
 	} else {
 		l.armLocked(req.Tenant, st)
 	}
 	return true
 }
+
+// refillDue says the slice is down to lowAt and a refill may find room.
+func (st *slice) refillDue() bool {
+	return !st.dry && podsWorth(st.free, st.unit) <= st.lowAt()
+}
+
+// lowAt is how many pods left start a refill: half the size, plus a jitter drawn at each
+// write so that bridges charging a burst at the same rate do not refill at once.
+func (st *slice) lowAt() int { return st.size/2 + st.jitter }
 
 func requestID(req Request) chargeID {
 	return chargeID{uid: req.UID, namespace: req.Namespace, name: req.Name}
@@ -252,6 +277,10 @@ func (l *Ledger) idleAfter(st *slice) time.Duration {
 // for idleAfter: a create elsewhere may be waiting for it. Called with l.mu held.
 func (l *Ledger) observeSlice(t *v1alpha1.OffloadTenant) {
 	st := l.slices[t.Name]
+	if st != nil && st.rv != t.ResourceVersion {
+		st.dry = false // another bridge's write: room may have come back
+		st.changes++
+	}
 	if st == nil || len(st.unit) == 0 || isZero(st.free) {
 		return
 	}
@@ -298,7 +327,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	// its holder dies (escrow_reclaim.go).
 	report := frozen || len(batch) > 0 || st.shared || renewal || len(st.unreported) >= maxUnreported(opts)
 	reportDue := st.shared && len(st.unreported) > 0 && start.Sub(st.lastWrite) >= opts.Report
-	if !frozen && len(batch) == 0 && !reportDue && podsWorth(st.free, st.unit) > st.size/2 && !renewal &&
+	if !frozen && len(batch) == 0 && !reportDue && !st.refillDue() && !renewal &&
 		len(st.unreported) < maxUnreported(opts) {
 		// A check for idleness found none, and no report, refill or renewal is due.
 		l.armLocked(tenant, st)
@@ -319,7 +348,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	if frozen {
 		st.frozen, st.free, st.refreeze = true, nil, false
 	}
-	size, unit, known, demand := st.size, st.unit, st.generation, st.demand(start)
+	size, unit, known, demand, changes, low := st.size, st.unit, st.generation, st.demand(start), st.changes, st.lowAt()
 	l.mu.Unlock()
 	if len(unit) == 0 && len(batch) > 0 {
 		unit = batch[len(batch)-1].req.Amounts
@@ -337,10 +366,10 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	var room, grant, returned corev1.ResourceList
 	var generation int64
 	var rv string
-	lost, wrote, refreeze, atEnd := false, false, false, false
+	lost, wrote, refreeze, atEnd, refilled, short := false, false, false, false, false, false
 	written, adoptedPods := 0, 0
 	err := RetryOnConflict(l.opts.Retry, func() error {
-		written, wrote, grant, refreeze, adoptedPods, atEnd = 0, false, nil, false, 0, false
+		written, wrote, grant, refreeze, adoptedPods, atEnd, short = 0, false, nil, false, 0, false, false
 		var t v1alpha1.OffloadTenant
 		if err := l.client.Get(ctx, client.ObjectKey{Name: tenant}, &t); err != nil {
 			return err
@@ -362,6 +391,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		}
 		// A write answering no create keeps every room its charges may be taking.
 		lost = !frozen && (i < 0 && !isZero(held) || i >= 0 && t.Generation != known)
+		refilled = i >= 0 // a slice held already: a refill, not a first grant
 		changed := 0
 		// Reports: allowed already, so recorded whatever the quota says now, each
 		// moving its amounts from the slice into used; a pod charged meanwhile (another
@@ -426,14 +456,22 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		share := sharing{others: others, demand: demand}
 		switch {
 		case !frozen:
-			if free := podsWorth(Sub(room, kept), unit); !lost && size > free && free < size/2+1 {
-				grant, atEnd = grantFor(&t, opts, l.opts.MaxPending, unit, size-free, share)
+			if free := podsWorth(Sub(room, kept), unit); !lost && size > free && free <= low {
+				// A slice that ran low while charging is refilled to twice its size
+				// (up to Max) at once, not to its size and then again.
+				target := size
+				if refilled {
+					target = max(size, min(2*size, opts.Max))
+				}
+				grant, atEnd = grantFor(&t, opts, l.opts.MaxPending, unit, target-free, share)
+				short = podsWorth(grant, unit) < target-free
 			}
 		case len(t.Spec.Nodes) > 0 || len(t.Spec.Hard) == 0 || idle || waitOthers:
 			room = nil // per-node caps are charged exactly; idle or wanted: returned
 		default:
 			if want := size - podsWorth(room, unit); want > 0 {
 				grant, atEnd = grantFor(&t, opts, l.opts.MaxPending, unit, want, share)
+				short = podsWorth(grant, unit) < want
 			}
 		}
 		room = add(room, grant)
@@ -455,6 +493,8 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st.frozen, st.rv = false, rv
+	// A refill that found nothing to grant waits for the tenant to change.
+	st.dry = err == nil && !wrote && !frozen && len(batch) == 0 && len(grant) == 0 && st.changes == changes
 	if err != nil {
 		l.metrics.writes.WithLabelValues("error").Inc()
 		// Nothing landed: the slice in status is what it was. The reports are kept for
@@ -507,8 +547,11 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	switch {
 	case isZero(room):
 		st.size = opts.Initial
-	case len(grant) > 0 && !frozen:
-		st.size = min(2*st.size, opts.Max) // ran low while charging: a larger slice
+	case len(grant) > 0 && !frozen && refilled:
+		// Ran low while charging: a larger slice. Not on a slice's first grant, whose
+		// creates show no rate yet: a refill then would follow at once, a second write
+		// beside the other bridges' first ones at a burst's start.
+		st.size = min(2*st.size, opts.Max)
 	}
 	if wrote && !frozen && (len(grant) > 0 || atEnd) {
 		st.shared = atEnd
@@ -516,11 +559,13 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	if isZero(room) {
 		st.shared = false
 	}
-	if held := podsWorth(Sub(room, kept), unit); atEnd && held > 0 && held < st.size {
-		// Held to its share (near the end): refilled at half of what it holds, not of
-		// a size it cannot reach, which would write at every charge.
+	if held := podsWorth(Sub(room, kept), unit); (atEnd || short) && held > 0 && held < st.size {
+		// Held to its share (near the end, or granted less than it asked): refilled at
+		// half of what it holds, not of a size it cannot reach, which would write at
+		// every charge for a pod or two of room each time.
 		st.size = max(held, opts.Min)
 	}
+	st.jitter = opts.Jitter(st.size/4 + 1)
 	if len(st.unreported) > 0 || !isZero(room) {
 		l.armLocked(tenant, st)
 	}
@@ -668,10 +713,12 @@ func grantFor(t *v1alpha1.OffloadTenant, opts SliceOptions, maxPending int, unit
 	}
 	limit := (free + mine) / grantShare
 	if share.others > 0 {
-		// One share more than there are holders stays unsliced: a create its holder's
-		// slice does not cover then finds room for an exact charge rather than waiting
-		// for others' slices to be used or returned.
-		even := (podsWorth(Sub(t.Spec.Hard, t.Status.Used), u) + share.others + 1) / (share.others + 2)
+		// All of it is shared out: a share held back unsliced (tried before) left the
+		// last quarter of the quota to exact charges, a write per batch from every
+		// replica at once, conflicting (make bench-ledger: slower, and twice the writes
+		// at half). A holder whose share runs out first waits for the others' to be
+		// used or returned (crowded: after Idle/5 idle).
+		even := (podsWorth(Sub(t.Spec.Hard, t.Status.Used), u) + share.others) / (share.others + 1)
 		if even < opts.Initial {
 			even = min(even, max(opts.Min, share.demand))
 			atEnd = even >= limit && want > even-mine

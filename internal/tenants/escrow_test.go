@@ -58,6 +58,9 @@ func slicedLedger(c client.Client, name string, now func() time.Time) *Ledger {
 		Slices: SliceOptions{Holder: name, Report: 20 * time.Millisecond, Idle: 60 * time.Millisecond, Min: 4, Max: 32}})
 }
 
+// noJitter starts every refill at half of a slice, so a test knows which charge does.
+func noJitter(int) int { return 0 }
+
 func podOf(i int, gen int64) Request {
 	r := onePod(fmt.Sprint(i))
 	r.Generation = gen
@@ -155,7 +158,7 @@ func TestSlicesRecorded(t *testing.T) {
 	c := newInvariantClient(t, obj)
 	now := time.Now()
 	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(), Now: func() time.Time { return now },
-		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Min: 8, Max: 8}})
+		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Min: 8, Max: 8, Jitter: noJitter}})
 	ctx := context.Background()
 	if err := l.Charge(ctx, podOf(0, 7)); err != nil {
 		t.Fatal(err)
@@ -229,7 +232,7 @@ func TestSlicesDeadHolder(t *testing.T) {
 	}})
 	then := testNow.Add(-time.Minute)
 	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(), Now: func() time.Time { return then }, // its own client: dies alone
-		Slices: SliceOptions{Holder: "dead", Report: time.Hour, Min: 4, Max: 4}})
+		Slices: SliceOptions{Holder: "dead", Report: time.Hour, Min: 4, Max: 4, Jitter: noJitter}})
 	ctx := context.Background()
 	if err := l.Charge(ctx, podOf(0, 1)); err != nil { // exact, and a slice of 4
 		t.Fatal(err)
@@ -310,11 +313,11 @@ func TestGrantFor(t *testing.T) {
 		{"a slice already at its share: nothing", 200, 30, 128, []v1alpha1.Slice{slice("c", 30), slice("a", 37), slice("b", 28)}, 0, sharing{}, ""},
 		{"near the end (under 4 slices of Min unsliced): nothing", 200, 140, 128, nil, 0, sharing{}, ""},
 		{"pending entries left bound it too", 100000, 0, 128, nil, 1900, sharing{}, "25"},
-		// 600 left, 350 of it unsliced: a fourth of 600 (one share stays unsliced: 150)
-		// is more than a quarter of 400 (100).
-		{"beside two others: an even share of the room left", 1000, 400, 256, []v1alpha1.Slice{slice("a", 100), slice("b", 100), slice("c", 50)}, 0, sharing{others: 2, demand: 600}, "100"},
-		// 100 left, 60 unsliced: a fourth (25), under Initial, within the demand.
-		{"near the end: the even share", 1000, 900, 128, []v1alpha1.Slice{slice("a", 20), slice("b", 20)}, 0, sharing{others: 2, demand: 600}, "25"},
+		// 600 left, 350 of it unsliced: a third of 600 (200; c holds 50) is more than a
+		// quarter of 400 (100).
+		{"beside two others: an even share of the room left", 1000, 400, 256, []v1alpha1.Slice{slice("a", 100), slice("b", 100), slice("c", 50)}, 0, sharing{others: 2, demand: 600}, "150"},
+		// 100 left, 60 unsliced: a third (34), under Initial, within the demand.
+		{"near the end: the even share", 1000, 900, 128, []v1alpha1.Slice{slice("a", 20), slice("b", 20)}, 0, sharing{others: 2, demand: 600}, "34"},
 		{"near the end, a slow holder: its demand, at least Min", 1000, 900, 128, []v1alpha1.Slice{slice("a", 20), slice("b", 20)}, 0, sharing{others: 2, demand: 4}, "16"},
 		{"the share is more than what no slice holds: that much", 1000, 900, 128, []v1alpha1.Slice{slice("a", 40), slice("b", 40)}, 0, sharing{others: 2, demand: 600}, "20"},
 		{"nothing unsliced: nothing", 500, 200, 128, []v1alpha1.Slice{slice("a", 150), slice("b", 150)}, 0, sharing{others: 2, demand: 600}, ""},
@@ -381,7 +384,7 @@ func TestSlicesQueuedBehindRefill(t *testing.T) {
 		return c.SubResource(sub).Update(ctx, obj, opts...)
 	}}, obj)
 	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(),
-		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Min: 4, Initial: 8, Max: 8}})
+		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Min: 4, Initial: 8, Max: 8, Jitter: noJitter}})
 	ctx := context.Background()
 	// Pod 0 charged exactly with a slice of 8; pods 1–4 take it to half, which starts the
 	// refill; pods 5–8 use the rest before it lands.
@@ -495,11 +498,7 @@ func TestSlicesWakeOnReturn(t *testing.T) {
 // inside the slice's room meanwhile, (I) holding at every write), and the first write
 // that must report (here a create the slice does not cover) reports them all.
 func TestSlicesBusyNotReported(t *testing.T) {
-	obj := tenant("team-a", list("pods", "10000"), nil)
-	obj.Generation = 7
-	c := newInvariantClient(t, obj)
-	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(),
-		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Idle: time.Hour, Min: 4, Initial: 8, Max: 8}})
+	l, c := farFromEnd(t, 7, SliceOptions{Initial: 8, Max: 8, Jitter: noJitter})
 	ctx := context.Background()
 	charge := func(from, to int) {
 		for i := from; i <= to; i++ {
@@ -551,7 +550,7 @@ func TestSlicesCrowdedReturn(t *testing.T) {
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(), Now: clock,
-		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Idle: time.Hour, Min: 4, Initial: 8, Max: 8}})
+		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Idle: time.Hour, Min: 4, Initial: 8, Max: 8, Jitter: noJitter}})
 	ctx := context.Background()
 	if err := l.Charge(ctx, podOf(0, 1)); err != nil {
 		t.Fatal(err)
@@ -602,4 +601,184 @@ func writesDone(t *testing.T, l *Ledger, tenant string) {
 			t.Fatal("the ledger's writes did not end")
 		}
 	}
+}
+
+// TestSlicesDryRefill: a refill that finds no room to grant (others' slices hold the
+// rest) reads the tenant once, not at every create charged after it; a change the
+// view shows (another bridge's write) lets the next charge try again.
+func TestSlicesDryRefill(t *testing.T) {
+	// replica-1 holds all but 9: pod 0 and a first slice of 8 take them, its refill
+	// finds none.
+	l, c, gets := besideOther(t, "159", "150", 8, nil)
+	ctx := context.Background()
+	charge := func(from, to int) {
+		t.Helper()
+		for i := from; i <= to; i++ {
+			if err := l.Charge(ctx, podOf(i, 1)); err != nil {
+				t.Fatal(err)
+			}
+			writesDone(t, l, "team-a")
+		}
+	}
+	charge(0, 4) // the first write grants 8; half of them left after pod 4: a refill
+	afterRefill := gets.Load()
+	charge(5, 6) // within the slice: no refill tried again
+	if n := gets.Load() - afterRefill; n != 0 {
+		t.Errorf("%d reads of the tenant after a refill found no room, want 0", n)
+	}
+	// Another bridge's write, as the view shows it: the next charge refills.
+	var view v1alpha1.OffloadTenant
+	if err := c.Get(ctx, client.ObjectKey{Name: "team-a"}, &view); err != nil {
+		t.Fatal(err)
+	}
+	view.ResourceVersion = "changed"
+	l.Observe(&view)
+	before := gets.Load()
+	charge(7, 7)
+	if n := gets.Load() - before; n != 1 {
+		t.Errorf("%d reads of the tenant after the view changed, want 1 (a refill)", n)
+	}
+}
+
+// TestSlicesDryRefillRaced: another bridge's change that the view shows while a refill
+// runs may be newer than what the refill read: the refill does not mark the slice dry,
+// and the next charge tries again.
+func TestSlicesDryRefillRaced(t *testing.T) {
+	var onRead atomic.Value
+	l, c, gets := besideOther(t, "159", "150", 8, &onRead)
+	ctx := context.Background()
+	charge := func(i int) {
+		t.Helper()
+		if err := l.Charge(ctx, podOf(i, 1)); err != nil {
+			t.Fatal(err)
+		}
+		writesDone(t, l, "team-a")
+	}
+	for i := range 4 {
+		charge(i)
+	}
+	var view v1alpha1.OffloadTenant
+	if err := c.Get(ctx, client.ObjectKey{Name: "team-a"}, &view); err != nil {
+		t.Fatal(err)
+	}
+	view.ResourceVersion = "another bridge's"
+	onRead.Store(func() { l.Observe(&view) })
+	charge(4) // the refill, finding no room, with a change shown meanwhile
+	onRead.Store(func() {})
+	before := gets.Load()
+	charge(5)
+	charge(6) // 2 left of the 4 the slice was sized to (short): a refill is due
+	if n := gets.Load() - before; n != 1 {
+		t.Errorf("%d reads after a refill raced with a change, want 1 (a refill tried again)", n)
+	}
+}
+
+// TestSlicesFirstGrantKeepsSize: a slice's first grant is of Initial and its size stays
+// Initial: the creates charged from it do not start a refill before half of it is used
+// (a second write at once, beside the other bridges' first ones at a burst's start).
+func TestSlicesFirstGrantKeepsSize(t *testing.T) {
+	l, c := farFromEnd(t, 1, SliceOptions{Initial: 8, Max: 32, Jitter: noJitter})
+	ctx := context.Background()
+	for i := range 3 {
+		if err := l.Charge(ctx, podOf(i, 1)); err != nil {
+			t.Fatal(err)
+		}
+		writesDone(t, l, "team-a")
+	}
+	if n := c.writes.Load(); n != 1 {
+		t.Errorf("%d writes after 3 creates from a first slice of 8, want 1", n)
+	}
+	if room := status(t, c, "team-a").Slices[0].Amounts.Pods(); room.Value() != 8 {
+		t.Errorf("slice of %v pods, want 8 (Initial)", room)
+	}
+	// Pod 0 was charged in the first write; pods 1–4 from the slice leave 4 of 8: a
+	// refill, to twice its size at once: 16 free (20 in the status with the 4
+	// unreported).
+	for i := 3; i < 5; i++ {
+		if err := l.Charge(ctx, podOf(i, 1)); err != nil {
+			t.Fatal(err)
+		}
+		writesDone(t, l, "team-a")
+	}
+	if room := status(t, c, "team-a").Slices[0].Amounts.Pods(); c.writes.Load() != 2 || room.Value() != 20 {
+		t.Errorf("%d writes and a slice of %v pods after 5 creates, want 2 and 20 (a refill at half, to twice the size)", c.writes.Load(), room)
+	}
+}
+
+// TestSlicesShortGrantSize: a slice granted less than it asked for (the room no slice
+// holds ran out) is refilled at half of what it holds, not at half of a size it could
+// not reach, which would try a refill at the next charges already.
+func TestSlicesShortGrantSize(t *testing.T) {
+	// replica-1 holds 900: after pod 0, 40 are left for a first slice that asks for 64.
+	l, c, gets := besideOther(t, "941", "900", 64, nil)
+	ctx := context.Background()
+	for i := range 16 { // 25 of 40 left: over half of what it holds
+		if err := l.Charge(ctx, podOf(i, 1)); err != nil {
+			t.Fatal(err)
+		}
+		writesDone(t, l, "team-a")
+	}
+	if n := gets.Load(); n != 1 {
+		t.Errorf("%d reads of the tenant, want 1 (the first write): a slice of 40 is not refilled at 32 left", n)
+	}
+	if room := status(t, c, "team-a").Slices[1].Amounts.Pods(); room.Value() != 40 {
+		t.Errorf("slice of %v pods, want 40", room)
+	}
+}
+
+// TestSlicesRefillJitter: a refill may start before half of the slice is used, by what
+// Jitter draws (up to a quarter of its size), so that bridges charging a burst at the
+// same rate do not refill at the same moment and conflict.
+func TestSlicesRefillJitter(t *testing.T) {
+	var drawn atomic.Int64 // the first n drawn from
+	l, c := farFromEnd(t, 1, SliceOptions{Initial: 8, Max: 32,
+		Jitter: func(n int) int { drawn.CompareAndSwap(0, int64(n)); return n - 1 }})
+	ctx := context.Background()
+	for i := range 3 { // pod 0 in the first write, 1–2 from the slice: 6 of 8 left
+		if err := l.Charge(ctx, podOf(i, 1)); err != nil {
+			t.Fatal(err)
+		}
+		writesDone(t, l, "team-a")
+	}
+	if n := c.writes.Load(); n != 2 {
+		t.Errorf("%d writes after 3 creates, want 2: the refill starts at 6 of 8 left (half and a jitter of 2)", n)
+	}
+	if n := drawn.Load(); n != 3 {
+		t.Errorf("jitter drawn from [0, %d) first, want [0, 3) (a quarter of 8, and 0)", n)
+	}
+}
+
+// besideOther is replica-0's ledger of team-a (hard pods) while replica-1 holds a slice of
+// others pods, with slices of size pods (no jitter), and the count of team-a's reads;
+// onRead, when it holds a func, runs at each read.
+func besideOther(t *testing.T, hard, others string, size int, onRead *atomic.Value) (*Ledger, client.Client, *atomic.Int64) {
+	obj := tenant("team-a", list("pods", hard), nil)
+	obj.Generation = 1
+	obj.Status.Slices = []v1alpha1.Slice{{Holder: "replica-1", Amounts: list("pods", others), Expires: metav1.NewTime(time.Now().Add(time.Hour))}}
+	gets := &atomic.Int64{}
+	c := fakeClient(t, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if _, ok := obj.(*v1alpha1.OffloadTenant); ok {
+			gets.Add(1)
+		}
+		if onRead != nil {
+			if f, _ := onRead.Load().(func()); f != nil {
+				f()
+			}
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}}, obj)
+	l := NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(),
+		Slices: SliceOptions{Holder: "replica-0", Report: time.Hour, Idle: time.Hour, Min: 4, Initial: size, Max: size, Jitter: noJitter}})
+	return l, c, gets
+}
+
+// farFromEnd is replica-0's ledger of team-a, whose hard.pods (10,000) a test does not
+// reach, at spec generation gen; sizes are the test's, Min 4, and no report, idle return
+// or renewal comes by time.
+func farFromEnd(t *testing.T, gen int64, sizes SliceOptions) (*Ledger, *invariantClient) {
+	obj := tenant("team-a", list("pods", "10000"), nil)
+	obj.Generation = gen
+	c := newInvariantClient(t, obj)
+	sizes.Holder, sizes.Report, sizes.Idle, sizes.Min = "replica-0", time.Hour, time.Hour, 4
+	return NewLedger(c, nil, LedgerOptions{Running: noPods{}, TenantOf: namespaceTenant, Registerer: prometheus.NewRegistry(), Slices: sizes}), c
 }
