@@ -145,7 +145,7 @@ type slice struct {
 	// How many changes of other bridges the view has shown: one shown while a refill
 	// ran may be newer than what it read, so the refill does not mark the slice dry.
 	changes  int
-	jitter   int  // lowAt
+	jitter   int  // drawn at the last write: lowAt
 	refreeze bool // the next write must be frozen (slice lost, spec changed)
 	timer    *time.Timer
 	// Creates of the tenant this bridge was asked to charge, per second (the current
