@@ -54,14 +54,33 @@ type Bridge struct {
 	client  *http.Client
 }
 
-// FreePort returns a currently unused loopback TCP port.
+// handedOut holds the ports FreePort returned: the kernel may give a port closed a
+// moment ago to the next caller, and two listeners of one bridge (--web.listen and
+// --interlink.listen, both picked before it starts) then got the same port (CI: "bind:
+// address already in use").
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreePort returns a currently unused loopback TCP port, never one it returned before in
+// this process.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no loopback port that was not handed out before")
 }
 
 // StartBridge starts the binary on free loopback ports and waits for /ready.
