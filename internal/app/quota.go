@@ -206,6 +206,7 @@ func (o *quotaOptions) start(ctx context.Context, restConfig *rest.Config, kubeC
 		Directory: dir, TenantOf: tenantOf, Namespaces: shared.Namespaces().Informer(),
 		LeaseClient: kubeClient, LeaseNamespace: o.leaseNamespace, Identity: identity,
 		PendingTimeout: o.pendingTimeout, Interval: o.interval, Logger: logger, Registerer: reg,
+		Busy: ledger.Busy, MaxPending: o.maxPending,
 	})
 	if err != nil {
 		return quotaParts{}, fmt.Errorf("--quota.enabled: %w", err)

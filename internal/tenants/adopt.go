@@ -57,14 +57,20 @@ func needsAdoption(t *v1alpha1.OffloadTenant, cluster string) bool {
 // count that fails (the views not synced yet, the API unreachable) is left to the first
 // charge, as before. A ledger that cannot write (check, who-can) does nothing.
 //
-// Any change wakes the tenant's creates that wait for others' slices (awaitOthers), and
-// tells this bridge's slice whether room is left outside the slices (observeSlice).
+// Any change wakes the tenant's creates that wait for others' slices (awaitOthers),
+// tells this bridge's slice whether room is left outside the slices (observeSlice), and
+// is what a slice's write retried after a conflict may read (viewed.go): t is kept, as
+// an informer's objects are, and must not be changed afterwards.
 func (l *Ledger) Observe(t *v1alpha1.OffloadTenant) {
-	if l.client == nil || !hasQuota(t) {
+	if l.client == nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.noteViewed(t)
+	if !hasQuota(t) {
+		return
+	}
 	l.wakeLocked(t)
 	l.observeSlice(t)
 	if needsAdoption(t, l.opts.Cluster) {

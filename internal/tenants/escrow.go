@@ -56,7 +56,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sar-bridge/sar-bridge/apis/v1alpha1"
 )
@@ -368,21 +367,17 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 	var rv string
 	lost, wrote, refreeze, atEnd, refilled, short := false, false, false, false, false, false
 	written, adoptedPods := 0, 0
-	err := RetryOnConflict(l.opts.Retry, func() error {
+	err := l.writeViewed(ctx, tenant, func(t *v1alpha1.OffloadTenant) error {
 		written, wrote, grant, refreeze, adoptedPods, atEnd, short = 0, false, nil, false, 0, false, false
-		var t v1alpha1.OffloadTenant
-		if err := l.client.Get(ctx, client.ObjectKey{Name: tenant}, &t); err != nil {
-			return err
-		}
 		generation, rv = t.Generation, t.ResourceVersion
 		// The pods already running that no charge covers count first (adopt.go), as in
 		// an exact write: a slice is granted from what is left of the quota after them.
-		adopted, err := l.adopt(ctx, &t)
+		adopted, err := l.adopt(ctx, t)
 		if err != nil {
 			return err
 		}
 		now := l.opts.Now()
-		others := l.otherHolders(tenant, &t, now)
+		others := l.otherHolders(tenant, t, now)
 		i := sliceIndex(t.Status.Slices, opts.Holder)
 		room = corev1.ResourceList{}
 		var expires time.Time
@@ -405,16 +400,16 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 				continue
 			}
 			room = Sub(room, r.Amounts)
-			charge(&t, l.opts.Cluster, r, now)
+			charge(t, l.opts.Cluster, r, now)
 			changed++
 		}
 		// A duplicate's room was never taken from the slice as stored (room = free +
 		// unreported): it stays there, and comes back to free below.
 		if frozen {
 			// Under the spec as it is now, and (I) whatever happened meanwhile.
-			room = clampRoom(&t, opts.Holder, restrict(room, t.Spec.Hard))
+			room = clampRoom(t, opts.Holder, restrict(room, t.Spec.Hard))
 		}
-		setRoom(&t, opts.Holder, l.opts.Cluster, room)
+		setRoom(t, opts.Holder, l.opts.Cluster, room)
 		// Creates the slice did not cover: from the slice (frozen: nothing else takes
 		// from it), else from the room no slice holds, else they wait for slices to be
 		// used or returned (this one's by a frozen write next).
@@ -431,21 +426,21 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 				results[k] = fmt.Errorf("the ledger of tenant %q holds %d unconfirmed charges (is the reconciler running?)", tenant, len(t.Status.Pending))
 			case frozen && len(t.Spec.Nodes) == 0 && !isZero(room) && covers(room, w.req.Amounts):
 				room = Sub(room, w.req.Amounts)
-				setRoom(&t, opts.Holder, l.opts.Cluster, room)
-				charge(&t, l.opts.Cluster, w.req, now)
+				setRoom(t, opts.Holder, l.opts.Cluster, room)
+				charge(t, l.opts.Cluster, w.req, now)
 				changed++
 			default:
-				refusal := fits(&t, w.req)
+				refusal := fits(t, w.req)
 				if refusal == nil {
-					charge(&t, l.opts.Cluster, w.req, now)
+					charge(t, l.opts.Cluster, w.req, now)
 					changed++
 					continue
 				}
 				results[k] = refusal
 				switch {
-				case !frozen && !isZero(room) && withoutSlices(&t, w.req):
+				case !frozen && !isZero(room) && withoutSlices(t, w.req):
 					results[k], refreeze = &waitingOthers{refusal}, true
-				case withoutOthers(&t, opts.Holder, w.req):
+				case withoutOthers(t, opts.Holder, w.req):
 					results[k], waitOthers = &waitingOthers{refusal}, true
 				}
 			}
@@ -463,19 +458,19 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 				if refilled {
 					target = max(size, min(2*size, opts.Max))
 				}
-				grant, atEnd = grantFor(&t, opts, l.opts.MaxPending, unit, target-free, share)
+				grant, atEnd = grantFor(t, opts, l.opts.MaxPending, unit, target-free, share)
 				short = podsWorth(grant, unit) < target-free
 			}
 		case len(t.Spec.Nodes) > 0 || len(t.Spec.Hard) == 0 || idle || waitOthers:
 			room = nil // per-node caps are charged exactly; idle or wanted: returned
 		default:
 			if want := size - podsWorth(room, unit); want > 0 {
-				grant, atEnd = grantFor(&t, opts, l.opts.MaxPending, unit, want, share)
+				grant, atEnd = grantFor(t, opts, l.opts.MaxPending, unit, want, share)
 				short = podsWorth(grant, unit) < want
 			}
 		}
 		room = add(room, grant)
-		setRoom(&t, opts.Holder, l.opts.Cluster, room)
+		setRoom(t, opts.Holder, l.opts.Cluster, room)
 		renew := i >= 0 && !now.Before(expires.Add(-opts.Lease/2))
 		if changed == 0 && len(grant) == 0 && !renew && !(frozen && i >= 0) && !adopted {
 			return nil // nothing to record
@@ -483,7 +478,7 @@ func (l *Ledger) writeSliced(ctx context.Context, tenant string, batch []*waiter
 		if !isZero(room) {
 			t.Status.Slices[sliceIndex(t.Status.Slices, opts.Holder)].Expires = metav1.NewTime(now.Add(opts.Lease))
 		}
-		if adoptedPods, err = l.updateStatus(ctx, &t, adopted); err == nil {
+		if adoptedPods, err = l.updateStatus(ctx, t, adopted); err == nil {
 			written, wrote, rv = changed, true, t.ResourceVersion
 		}
 		return err

@@ -481,12 +481,14 @@ func TestSlicesWakeOnReturn(t *testing.T) {
 	if n := reads.Load() - before; n != 0 {
 		t.Errorf("%d rounds on the bridge's own read, want 0", n)
 	}
-	// replica-0 returns its slice; the view shows it.
-	seen.Status.Slices = nil
-	if err := c.Status().Update(ctx, &seen); err != nil {
+	// replica-0 returns its slice; the view shows it (a new object: what the view has
+	// shown is never changed).
+	returned := seen.DeepCopy()
+	returned.Status.Slices = nil
+	if err := c.Status().Update(ctx, returned); err != nil {
 		t.Fatal(err)
 	}
-	l.Observe(&seen)
+	l.Observe(returned)
 	if err := <-done; err != nil {
 		t.Fatalf("charge after the slice came back: %v, want an allow", err)
 	}
@@ -575,9 +577,10 @@ func TestSlicesCrowdedReturn(t *testing.T) {
 	}
 	// Another replica's slice takes the rest, as the view shows it.
 	rest := Sub(unsliced(&view), nil)
-	view.Status.Slices = append(view.Status.Slices, v1alpha1.Slice{Holder: "replica-1", Amounts: rest, Expires: metav1.NewTime(now.Add(time.Minute))})
-	view.ResourceVersion = "other"
-	l.Observe(&view)
+	taken := view.DeepCopy()
+	taken.Status.Slices = append(taken.Status.Slices, v1alpha1.Slice{Holder: "replica-1", Amounts: rest, Expires: metav1.NewTime(now.Add(time.Minute))})
+	taken.ResourceVersion = "other"
+	l.Observe(taken)
 	if holds() {
 		t.Fatal("slice kept while the view shows no room outside the slices")
 	}

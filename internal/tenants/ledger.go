@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,7 +116,7 @@ var DefaultRetry = wait.Backoff{Steps: 12, Duration: 10 * time.Millisecond, Fact
 // Ledger charges allowed creates to their tenant's OffloadTenant status. It is safe for
 // concurrent use.
 type Ledger struct {
-	client  client.Client // live reads and status writes, never a cache
+	client  client.Client // live reads and status writes (a slice's write retried after a conflict may read the view: viewed.go)
 	pods    ChargedPods
 	opts    LedgerOptions
 	metrics ledgerMetrics
@@ -125,7 +126,22 @@ type Ledger struct {
 	slices map[string]*slice // by tenant: this bridge's slices (escrow.go)
 	// holders: by tenant, the other bridges seen holding a slice, and when (escrow.go).
 	holders map[string]map[string]time.Time
+	viewed  map[string]*viewed // by tenant: the view's last object (viewed.go)
+	// lastAsked is when a decision last asked about a create of a tenant with a quota
+	// (Prior, Charge), in UnixNano: Busy.
+	lastAsked atomic.Int64
 }
+
+// busyWithin: a ledger asked about a create this recently is Busy.
+const busyWithin = 250 * time.Millisecond
+
+// Busy says a decision of this bridge asked about a create of a tenant with a quota
+// (allowed or not) within busyWithin: the reconciler's marks wait meanwhile (marks.go).
+func (l *Ledger) Busy() bool {
+	return time.Since(time.Unix(0, l.lastAsked.Load())) < busyWithin
+}
+
+func (l *Ledger) asked() { l.lastAsked.Store(time.Now().UnixNano()) }
 
 // queue holds a tenant's charges waiting for the next write; writing is true while a
 // batch of it is being written (the next batch gathers meanwhile).
@@ -162,7 +178,7 @@ func NewLedger(c client.Client, pods ChargedPods, opts LedgerOptions) *Ledger {
 	}
 	opts.Slices.defaults()
 	return &Ledger{client: c, pods: pods, opts: opts, metrics: newLedgerMetrics(opts.Registerer), queues: map[string]*queue{}, slices: map[string]*slice{},
-		holders: map[string]map[string]time.Time{}}
+		holders: map[string]map[string]time.Time{}, viewed: map[string]*viewed{}}
 }
 
 // Charge charges req to its tenant and returns nil once it is written (or was written
@@ -171,6 +187,7 @@ func NewLedger(c client.Client, pods ChargedPods, opts LedgerOptions) *Ledger {
 // one tenant that arrive while a write is in flight go in one write after it, so a
 // burst costs a few writes, not one a pod.
 func (l *Ledger) Charge(ctx context.Context, req Request) error {
+	l.asked()
 	l.mu.Lock()
 	if l.opts.Slices.Holder != "" && l.client != nil {
 		now := l.opts.Now()
@@ -442,6 +459,7 @@ func (l *Ledger) alreadyConfirmed(ctx context.Context, req Request) (bool, error
 // of it, or the reconciler's confirmation on the stored pod (req.Exists). The pod decided
 // is never part of its own usage, so a decision subtracts it from what it checks.
 func (l *Ledger) Prior(ctx context.Context, t *v1alpha1.OffloadTenant, req Request) (corev1.ResourceList, error) {
+	l.asked()
 	if i := pendingIndex(t.Status.Pending, l.opts.Cluster, req); i >= 0 {
 		return t.Status.Pending[i].Amounts, nil
 	}

@@ -124,6 +124,12 @@ type ReconcilerOptions struct {
 	Interval, Debounce, QuotaPoll time.Duration
 	// Retry bounds the attempts of one status write (DefaultRetry).
 	Retry wait.Backoff
+	// Busy says this replica is deciding creates of tenants with a quota (Ledger.Busy):
+	// a round's marks wait for a pause (marks.go). nil: never.
+	Busy func() bool
+	// MaxPending is the ledger's bound on a tenant's pending charges
+	// (DefaultMaxPending): marks do not wait once a tenant holds half of it.
+	MaxPending int
 
 	Now        func() time.Time
 	Logger     log.Logger
@@ -182,6 +188,7 @@ func (o *ReconcilerOptions) defaults() error {
 	setDefault(&o.Interval, DefaultInterval)
 	setDefault(&o.Debounce, DefaultDebounce)
 	setDefault(&o.QuotaPoll, DefaultQuotaPoll)
+	setDefault(&o.MaxPending, DefaultMaxPending)
 	if o.Retry.Steps == 0 {
 		o.Retry = DefaultRetry
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-kit/log/level"
 	corev1 "k8s.io/api/core/v1"
@@ -73,6 +74,9 @@ type plan struct {
 	confirm  map[types.UID]*toConfirm
 	released map[chargeKey]string // by reason
 	resolved map[chargeKey]bool   // released, or confirmed on the pod
+	// mayYield: the tenant's pending charges leave room enough for its marks to wait
+	// for decisions to pause (marks.go).
+	mayYield bool
 }
 
 // reconcile is one round of one tenant: confirm the pending charges whose pods run,
@@ -140,7 +144,8 @@ func (tm *term) reconcile(ctx context.Context, tenant string) error {
 // (kubernetes#123434). Only this cluster's charges are sorted: another cluster's pods
 // are out of sight.
 func (tm *term) plan(ctx context.Context, tenant string, pending []v1alpha1.Charge, snap *podSnapshot) *plan {
-	p := &plan{confirm: map[types.UID]*toConfirm{}, released: map[chargeKey]string{}, resolved: map[chargeKey]bool{}}
+	p := &plan{confirm: map[types.UID]*toConfirm{}, released: map[chargeKey]string{}, resolved: map[chargeKey]bool{},
+		mayYield: len(pending) < tm.r.opts.MaxPending/yieldPendingShare}
 	now := tm.r.opts.Now()
 	for _, c := range pending {
 		if c.Cluster != tm.r.opts.Cluster {
@@ -250,6 +255,10 @@ func (tm *term) confirm(ctx context.Context, tenant string, p *plan) {
 		uids = append(uids, uid)
 	}
 	sort.Slice(uids, func(i, j int) bool { return uids[i] < uids[j] })
+	y := markYielding{busy: tm.r.opts.Busy, allowance: markYield}
+	if !p.mayYield {
+		y.busy = nil
+	}
 	for _, uid := range uids {
 		tc := p.confirm[uid]
 		if tc.rec.label == tenant {
@@ -258,7 +267,11 @@ func (tm *term) confirm(ctx context.Context, tenant string, p *plan) {
 			tc.amounts = maxAmounts(tc.amounts, tc.rec.charged)
 		}
 		if tc.rec.label != tenant || !sameAmounts(tc.rec.charged, tc.amounts) {
-			if err := tm.mark(ctx, tc.rec, tenant, tc.amounts); err != nil {
+			y.wait(ctx)
+			start := time.Now()
+			err := tm.mark(ctx, tc.rec, tenant, tc.amounts)
+			y.marked += time.Since(start)
+			if err != nil {
 				level.Warn(tm.r.logger).Log("msg", "cannot mark a charged pod: its charge stays pending", "namespace", tc.rec.namespace, "pod", tc.rec.name, "err", err)
 				continue
 			}
