@@ -6,14 +6,14 @@ package tenants
 // then decodes the change: background bookkeeping on the CPU a burst's creates wait
 // for. After a burst the leader marks its pods one after another (a thousand take a
 // minute at the client's pace), so in make bench-ledger the marks of the job before ran
-// beside every later burst: 80–130 PATCHes a phase, and at the quota's end the creates
+// beside every later burst: 63–133 PATCHes a phase, and at the quota's end the creates
 // were slowest. Nothing is late for it: a charge is counted the same while pending.
 //
 // Bounds, so that marking keeps up with a load that never pauses: a round's marks wait
 // in all no longer than markYield plus the time its marks took (it marks at least at
 // half its pace, a pause or not), and not at all for a tenant whose pending charges
-// reach half of MaxPending (a ledger that fills refuses creates: the other half is left for
-// a burst).
+// reach half of MaxPending (a ledger that fills refuses creates: the other half is left
+// for a burst).
 
 import (
 	"context"

@@ -8,8 +8,8 @@ package tenants
 // start every bridge writes its first grant at once, and a bridge's refill meets the
 // others' often: each conflict cost a backoff sleep, a GET of the whole status and a
 // rewrite (make bench-ledger, three replicas: a first grant of three attempts took
-// 145 ms, a refill of four 428 ms, the creates that missed the slice waiting behind it).
-// The view (the directory's informer, Observe) delivers every stored version in order,
+// 145–198 ms, a refill of four 428 ms, the creates that missed the slice waiting behind
+// it). The view (the directory's informer, Observe) delivers every stored version in order,
 // the winner's usually within milliseconds of the conflict. A first attempt still reads
 // from the API: one from the view conflicted more often, the view lagging the other
 // bridges' writes (make bench-ledger: 8–10 conflicts a phase at the quota's end against
