@@ -128,7 +128,7 @@ type Ledger struct {
 	holders map[string]map[string]time.Time
 	viewed  map[string]*viewed // by tenant: the view's last object (viewed.go)
 	// lastAsked is when a decision last asked about a create of a tenant with a quota
-	// (Prior, Charge), in UnixNano: Busy.
+	// (Prior, which every decision calls before it charges), in UnixNano: Busy.
 	lastAsked atomic.Int64
 }
 
@@ -187,7 +187,6 @@ func NewLedger(c client.Client, pods ChargedPods, opts LedgerOptions) *Ledger {
 // one tenant that arrive while a write is in flight go in one write after it, so a
 // burst costs a few writes, not one a pod.
 func (l *Ledger) Charge(ctx context.Context, req Request) error {
-	l.asked()
 	l.mu.Lock()
 	if l.opts.Slices.Holder != "" && l.client != nil {
 		now := l.opts.Now()
